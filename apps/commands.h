@@ -1,0 +1,32 @@
+// Subcommand registry: each apps/cmd_<name>.cpp defines setup_<name>(), which adds its options to the
+// parent CLI11 app and returns the subcommand together with the function that runs it.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace attnmt::cli {
+
+struct GlobalOptions {
+  std::string log_level = "info";  // spdlog level
+  int threads = 0;                 // LibTorch intra-op and BLAS threads (0 = all cores)
+  std::string device;              // auto | cpu | cuda | cuda:N; empty = the config's (default auto)
+};
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the exit code; may throw UsageError / Error
+};
+
+Command setup_train(CLI::App& parent, const GlobalOptions& g);
+Command setup_evaluate(CLI::App& parent, const GlobalOptions& g);
+Command setup_translate(CLI::App& parent, const GlobalOptions& g);
+Command setup_attention(CLI::App& parent, const GlobalOptions& g);
+Command setup_bleu(CLI::App& parent, const GlobalOptions& g);
+Command setup_corpus(CLI::App& parent, const GlobalOptions& g);
+Command setup_compare(CLI::App& parent, const GlobalOptions& g);
+Command setup_bench(CLI::App& parent, const GlobalOptions& g);
+
+}  // namespace attnmt::cli

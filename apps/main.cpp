@@ -1,0 +1,62 @@
+// attnmt: the command-line entry point. Parses arguments, sets up logging, threads and device,
+// and hands over to one subcommand. Exit codes: 0 ok, 1 runtime failure, 2 usage/config/input error.
+#include <csignal>
+#include <iostream>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "common/errors.h"
+#include "common/runtime.h"
+
+int main(int argc, char** argv) {
+  using namespace attnmt;
+  CLI::App app{"attnmt: RNN encoder-decoder translation with and without attention", "attnmt"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", std::string(ATTNMT_VERSION));
+  cli::GlobalOptions g;
+  app.add_option("--log-level", g.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
+  app.add_option("--threads", g.threads, "LibTorch intra-op and BLAS threads (0 = all cores)")->capture_default_str();
+  app.add_option("--device", g.device, "auto|cpu|cuda|cuda:N (auto = CUDA when available; default: the config's)");
+
+  std::vector<cli::Command> commands = {
+      cli::setup_train(app, g),     cli::setup_evaluate(app, g), cli::setup_translate(app, g),
+      cli::setup_attention(app, g), cli::setup_bleu(app, g),     cli::setup_corpus(app, g),
+      cli::setup_compare(app, g),   cli::setup_bench(app, g),
+  };
+  for (auto& c : commands) c.app->fallthrough();  // global flags may follow the subcommand name
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "attnmt: error: " << e.what() << "\n";
+    std::cerr << "Run with --help for more information.\n";
+    return kExitUsage;
+  }
+
+  try {
+    setup_logging(g.log_level);
+    ThreadInfo t = setup_threads(g.threads);
+    spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
+    spdlog::info("threads: intra-op {}, BLAS {}", t.intra_op, t.blas < 0 ? std::string("n/a") : std::to_string(t.blas));
+    for (auto& c : commands)
+      if (app.got_subcommand(c.app)) return c.run();
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    spdlog::error("{}", e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());
+    return kExitFailure;
+  } catch (const c10::Error& e) {
+    spdlog::error("torch: {}", e.what_without_backtrace());
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitFailure;
+  }
+}

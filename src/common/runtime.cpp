@@ -1,0 +1,69 @@
+#include "common/runtime.h"
+
+#include <thread>
+
+#include <ATen/Parallel.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+#include <torch/cuda.h>
+
+#include "common/errors.h"
+
+// OpenBLAS's own thread controls. Declared weak so that a LibTorch built against another BLAS (MKL in
+// a user-supplied CUDA build, say) still links; then they are null and we report that.
+extern "C" {
+int openblas_get_num_threads(void) __attribute__((weak));
+void openblas_set_num_threads(int) __attribute__((weak));
+char* openblas_get_config(void) __attribute__((weak));
+}
+
+namespace attnmt {
+
+void setup_logging(const std::string& level) {
+  static bool created = false;
+  if (!created) {
+    auto logger = spdlog::stderr_color_mt("attnmt");
+    logger->set_pattern("[%H:%M:%S] [%^%l%$] %v");
+    spdlog::set_default_logger(logger);
+    created = true;
+  }
+  auto lvl = spdlog::level::from_str(level);
+  if (lvl == spdlog::level::off && level != "off")
+    throw UsageError("--log-level: unknown level '" + level + "'. Valid options: trace, debug, info, warn, error, off");
+  spdlog::set_level(lvl);
+}
+
+ThreadInfo setup_threads(int n) {
+  if (n < 0) throw UsageError("--threads: must be >= 0 (0 = all cores), got " + std::to_string(n));
+  if (n == 0) n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  at::set_num_threads(n);
+  if (openblas_set_num_threads) openblas_set_num_threads(n);
+  ThreadInfo info;
+  info.intra_op = at::get_num_threads();
+  info.blas = openblas_get_num_threads ? openblas_get_num_threads() : -1;
+  info.blas_name = openblas_get_config ? std::string("OpenBLAS (") + openblas_get_config() + ")" : "not OpenBLAS";
+  return info;
+}
+
+torch::Device resolve_device(const std::string& spec) {
+  if (spec == "cpu") return torch::Device(torch::kCPU);
+  if (spec == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
+    if (!torch::cuda::is_available())
+      throw UsageError("device '" + spec + "': CUDA is not available (this LibTorch has no CUDA or there is no GPU)");
+    int index = 0;
+    if (spec.size() > 5) {
+      try {
+        index = std::stoi(spec.substr(5));
+      } catch (const std::exception&) {
+        throw UsageError("device '" + spec + "': expected cuda:N");
+      }
+    }
+    if (index < 0 || index >= static_cast<int>(torch::cuda::device_count()))
+      throw UsageError("device '" + spec + "': only " + std::to_string(torch::cuda::device_count()) + " CUDA device(s)");
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  throw UsageError("device: unknown value '" + spec + "'. Valid options: auto, cpu, cuda, cuda:N");
+}
+
+}  // namespace attnmt

@@ -1,0 +1,25 @@
+// Process-wide runtime set-up: logging, threads, device selection.
+#pragma once
+#include <string>
+
+#include <torch/types.h>
+
+namespace attnmt {
+
+// Sets the default spdlog logger (stderr) and its level: trace|debug|info|warn|error|off.
+void setup_logging(const std::string& level);
+
+struct ThreadInfo {
+  int intra_op = 0;         // LibTorch intra-op threads in use
+  int blas = -1;            // OpenBLAS threads, -1 when the BLAS library is not OpenBLAS
+  std::string blas_name;    // which BLAS library answers (e.g. "OpenBLAS 0.3.21 ..."), or "unknown"
+};
+
+// Sets LibTorch's intra-op threads and OpenBLAS's threads to n (0 = all cores).
+ThreadInfo setup_threads(int n);
+
+// Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
+// but not available.
+torch::Device resolve_device(const std::string& spec);
+
+}  // namespace attnmt

@@ -1,0 +1,145 @@
+#include "data/batcher.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "data/vocab.h"
+
+namespace attnmt {
+
+uint64_t mix_seed(uint64_t seed, uint64_t stream) {
+  // splitmix64 over the pair
+  uint64_t z = seed * 0x9E3779B97F4A7C15ULL + stream + 0x632BE59BD9B4E019ULL;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+void deterministic_shuffle(std::vector<int64_t>& v, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  for (size_t i = v.size(); i > 1; --i) {
+    size_t j = static_cast<size_t>(rng() % i);  // Fisher-Yates with a fixed reduction
+    std::swap(v[i - 1], v[j]);
+  }
+}
+
+std::vector<std::vector<int64_t>> make_batch_plan(const std::vector<EncodedPair>& data, int batch_size, uint64_t seed,
+                                                  int64_t epoch, bool shuffle, int pool_batches) {
+  std::vector<int64_t> order(data.size());
+  std::iota(order.begin(), order.end(), 0);
+  if (shuffle) deterministic_shuffle(order, mix_seed(seed, static_cast<uint64_t>(epoch) * 2 + 1));
+  const size_t pool = static_cast<size_t>(batch_size) * static_cast<size_t>(std::max(1, pool_batches));
+  auto by_len = [&](int64_t a, int64_t b) {
+    const auto& x = data[static_cast<size_t>(a)];
+    const auto& y = data[static_cast<size_t>(b)];
+    if (x.src.size() != y.src.size()) return x.src.size() < y.src.size();
+    if (x.tgt.size() != y.tgt.size()) return x.tgt.size() < y.tgt.size();
+    return a < b;
+  };
+  std::vector<std::vector<int64_t>> plan;
+  for (size_t start = 0; start < order.size(); start += pool) {
+    size_t end = std::min(order.size(), start + pool);
+    std::sort(order.begin() + static_cast<std::ptrdiff_t>(start), order.begin() + static_cast<std::ptrdiff_t>(end), by_len);
+    for (size_t b = start; b < end; b += static_cast<size_t>(batch_size))
+      plan.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(b),
+                        order.begin() + static_cast<std::ptrdiff_t>(std::min(end, b + static_cast<size_t>(batch_size))));
+  }
+  if (shuffle) {
+    std::vector<int64_t> perm(plan.size());
+    std::iota(perm.begin(), perm.end(), 0);
+    deterministic_shuffle(perm, mix_seed(seed, static_cast<uint64_t>(epoch) * 2 + 2));
+    std::vector<std::vector<int64_t>> shuffled;
+    shuffled.reserve(plan.size());
+    for (int64_t p : perm) shuffled.push_back(std::move(plan[static_cast<size_t>(p)]));
+    plan = std::move(shuffled);
+  }
+  return plan;
+}
+
+namespace {
+torch::Tensor pad_rows(const std::vector<const std::vector<int64_t>*>& rows, int64_t prefix, int64_t suffix,
+                       int64_t* max_len_out) {
+  int64_t max_len = 0;
+  for (auto* r : rows) max_len = std::max<int64_t>(max_len, static_cast<int64_t>(r->size()) + prefix + suffix);
+  max_len = std::max<int64_t>(max_len, 1);
+  auto t = torch::full({static_cast<int64_t>(rows.size()), max_len}, Vocab::kPad, torch::kLong);
+  auto acc = t.accessor<int64_t, 2>();
+  for (size_t b = 0; b < rows.size(); ++b) {
+    int64_t k = 0;
+    if (prefix) acc[static_cast<int64_t>(b)][k++] = Vocab::kBos;
+    for (int64_t id : *rows[b]) acc[static_cast<int64_t>(b)][k++] = id;
+    if (suffix) acc[static_cast<int64_t>(b)][k++] = Vocab::kEos;
+  }
+  *max_len_out = max_len;
+  return t;
+}
+}  // namespace
+
+Batch make_src_batch(const std::vector<std::vector<int64_t>>& srcs, const std::vector<int64_t>& indices) {
+  Batch b;
+  b.indices = indices;
+  std::vector<const std::vector<int64_t>*> rows;
+  for (int64_t i : indices) rows.push_back(&srcs[static_cast<size_t>(i)]);
+  int64_t s_len = 0;
+  b.src = pad_rows(rows, 0, 0, &s_len);
+  b.src_len = torch::empty({static_cast<int64_t>(rows.size())}, torch::kLong);
+  for (size_t k = 0; k < rows.size(); ++k) {
+    b.src_len[static_cast<int64_t>(k)] = static_cast<int64_t>(rows[k]->size());
+    b.src_tokens += static_cast<int64_t>(rows[k]->size());
+  }
+  b.src_mask = b.src.ne(Vocab::kPad);
+  b.padded_cells = b.src.numel();
+  return b;
+}
+
+Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t>& indices) {
+  std::vector<std::vector<int64_t>> srcs;  // small copy keeps make_src_batch the single source of truth
+  std::vector<int64_t> local(indices.size());
+  srcs.reserve(indices.size());
+  std::vector<const std::vector<int64_t>*> tgts;
+  for (size_t k = 0; k < indices.size(); ++k) {
+    srcs.push_back(data[static_cast<size_t>(indices[k])].src);
+    tgts.push_back(&data[static_cast<size_t>(indices[k])].tgt);
+    local[k] = static_cast<int64_t>(k);
+  }
+  Batch b = make_src_batch(srcs, local);
+  b.indices = indices;
+  int64_t t_len = 0;
+  torch::Tensor full = pad_rows(tgts, 1, 1, &t_len);  // <bos> y <eos>
+  b.tgt_in = full.slice(1, 0, t_len - 1).clone();
+  b.tgt_out = full.slice(1, 1, t_len).clone();
+  b.tgt_mask = b.tgt_out.ne(Vocab::kPad);
+  for (auto* t : tgts) b.tgt_tokens += static_cast<int64_t>(t->size()) + 1;
+  b.padded_cells += b.tgt_out.numel();
+  return b;
+}
+
+Batch Batch::to(const torch::Device& device) const {
+  if (device.is_cpu()) return *this;
+  Batch b = *this;
+  b.src = src.to(device);
+  b.src_mask = src_mask.to(device);
+  if (tgt_in.defined()) {
+    b.tgt_in = tgt_in.to(device);
+    b.tgt_out = tgt_out.to(device);
+    b.tgt_mask = tgt_mask.to(device);
+  }
+  return b;  // src_len stays on the CPU (pack_padded_sequence wants it there)
+}
+
+double padding_fraction(const std::vector<EncodedPair>& data, const std::vector<std::vector<int64_t>>& plan) {
+  int64_t cells = 0, real = 0;
+  for (const auto& idx : plan) {
+    size_t ms = 0, mt = 0;
+    for (int64_t i : idx) {
+      ms = std::max(ms, data[static_cast<size_t>(i)].src.size());
+      mt = std::max(mt, data[static_cast<size_t>(i)].tgt.size() + 1);
+      real += static_cast<int64_t>(data[static_cast<size_t>(i)].src.size() + data[static_cast<size_t>(i)].tgt.size() + 1);
+    }
+    cells += static_cast<int64_t>(idx.size() * (ms + mt));
+  }
+  return cells ? 1.0 - static_cast<double>(real) / static_cast<double>(cells) : 0.0;
+}
+
+}  // namespace attnmt
