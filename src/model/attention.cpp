@@ -1,0 +1,129 @@
+#include "model/attention.h"
+
+#include <cmath>
+
+namespace attnmt {
+
+AttentionMemory AttentionMemory::index_select(const torch::Tensor& rows) const {
+  AttentionMemory m;
+  m.keys = keys.index_select(0, rows);
+  m.values = values.index_select(0, rows);
+  m.mask = mask.index_select(0, rows);
+  return m;
+}
+
+torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask) {
+  // mask [B, S] -> broadcast over the query (and head) axes
+  torch::Tensor m = mask;
+  while (m.dim() < scores.dim()) m = m.unsqueeze(1);
+  return torch::softmax(scores.masked_fill(m.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+}
+
+AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& mask) {
+  TORCH_CHECK(q.dim() == k.dim() && k.dim() == v.dim(), "scaled_dot_product: q, k, v need the same rank");
+  TORCH_CHECK(q.size(-1) == k.size(-1), "scaled_dot_product: q and k dims differ: ", q.sizes(), " vs ", k.sizes());
+  TORCH_CHECK(k.size(-2) == v.size(-2), "scaled_dot_product: k and v lengths differ");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [..., T, S]
+  torch::Tensor w = masked_softmax(scores, mask);
+  return {torch::matmul(w, v), w, torch::Tensor()};
+}
+
+namespace {
+void check_query(const torch::Tensor& query, const AttentionMemory& mem, int64_t dim, const char* who) {
+  TORCH_CHECK(query.dim() == 3, who, ": query must be [B, T, Q], got ", query.sizes());
+  TORCH_CHECK(query.size(0) == mem.mask.size(0), who, ": batch ", query.size(0), " vs memory ", mem.mask.size(0));
+  TORCH_CHECK(query.size(2) == dim, who, ": query dim ", query.size(2), ", expected ", dim);
+}
+void check_states(const torch::Tensor& enc, const torch::Tensor& mask, int64_t dim, const char* who) {
+  TORCH_CHECK(enc.dim() == 3 && enc.size(2) == dim, who, ": encoder states must be [B, S, ", dim, "], got ", enc.sizes());
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == enc.size(0) && mask.size(1) == enc.size(1), who,
+              ": mask must be [B, S], got ", mask.sizes());
+}
+}  // namespace
+
+AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim) : key_dim_(key_dim) {
+  w_query = register_module("w_query", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
+  u_key = register_module("u_key", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(true)));
+  v = register_module("v", torch::nn::Linear(torch::nn::LinearOptions(attn_dim, 1).bias(false)));
+}
+
+AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
+  check_states(enc, mask, key_dim_, "AdditiveAttention");
+  return {u_key(enc), enc, mask};  // keys: U h_j  [B, S, A]
+}
+
+AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
+  check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
+  torch::Tensor wq = w_query(query);                                             // [B, T, A]
+  torch::Tensor e = torch::tanh(wq.unsqueeze(2) + mem.keys.unsqueeze(1));        // [B, T, S, A]
+  torch::Tensor scores = v(e).squeeze(-1);                                       // [B, T, S]
+  torch::Tensor w = masked_softmax(scores, mem.mask);
+  return {torch::bmm(w, mem.values), w, torch::Tensor()};                        // [B, T, H_enc]
+}
+
+MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general) : key_dim_(key_dim) {
+  if (general) {
+    w = register_module("w", torch::nn::Linear(torch::nn::LinearOptions(key_dim, query_dim).bias(false)));
+  } else {
+    TORCH_CHECK(query_dim == key_dim, "dot attention needs query dim == key dim, got ", query_dim, " and ", key_dim);
+  }
+}
+
+AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
+  check_states(enc, mask, key_dim_, "MultiplicativeAttention");
+  return {w ? w(enc) : enc, enc, mask};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
+}
+
+AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
+  check_query(query, mem, mem.keys.size(2), "MultiplicativeAttention");
+  torch::Tensor scores = torch::bmm(query, mem.keys.transpose(1, 2));  // [B, T, S]
+  torch::Tensor wts = masked_softmax(scores, mem.mask);
+  return {torch::bmm(wts, mem.values), wts, torch::Tensor()};
+}
+
+MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads)
+    : key_dim_(key_dim), attn_dim_(attn_dim), heads_(heads) {
+  TORCH_CHECK(attn_dim % heads == 0, "attention dim ", attn_dim, " not divisible by ", heads, " heads");
+  wq = register_module("wq", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
+  wk = register_module("wk", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(false)));
+  wv = register_module("wv", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(false)));
+  wo = register_module("wo", torch::nn::Linear(torch::nn::LinearOptions(attn_dim, key_dim).bias(false)));
+}
+
+AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
+  check_states(enc, mask, key_dim_, "MultiHeadAttention");
+  const int64_t B = enc.size(0), S = enc.size(1), d = attn_dim_ / heads_;
+  // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
+  torch::Tensor k = wk(enc).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor v = wv(enc).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  return {k, v, mask};  // keys/values [B, h, S, d]
+}
+
+AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
+  TORCH_CHECK(query.dim() == 3 && query.size(0) == mem.mask.size(0), "MultiHeadAttention: query must be [B, T, Q], got ",
+              query.sizes());
+  const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
+  torch::Tensor q = wq(query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
+  AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask);  // ctx [B, h, T, d], w [B, h, T, S]
+  torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
+  return {wo(ctx), o.weights.mean(1), o.weights};
+}
+
+std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {
+  const auto& a = cfg.attention;
+  const int64_t H = cfg.hidden_dim;  // decoder state size == encoder output size
+  const int64_t A = effective_attention_dim(cfg);
+  if (a.type == "none") return nullptr;
+  if (a.type == "bahdanau") return std::make_shared<AdditiveAttention>(H, H, A);
+  if (a.type == "luong") {
+    std::string s = effective_score(a);
+    if (s == "concat") return std::make_shared<AdditiveAttention>(H, H, A);
+    return std::make_shared<MultiplicativeAttention>(H, H, s == "general");
+  }
+  if (a.type == "scaled_dot") return std::make_shared<MultiHeadAttention>(H, H, A, a.heads);
+  TORCH_CHECK(false, "unknown attention type ", a.type);
+}
+
+}  // namespace attnmt

@@ -1,0 +1,91 @@
+// The attention family behind one interface. Keys (and values) are projected once per batch in
+// prepare(); attend() then scores queries for one step ([B, Q]) or for all steps at once ([B, T, Q]).
+// Padded source positions get weight exactly 0.
+#pragma once
+#include <memory>
+#include <string>
+
+#include <torch/torch.h>
+
+#include "common/config.h"
+
+namespace attnmt {
+
+// Encoder states prepared for attention (projected once per batch).
+struct AttentionMemory {
+  torch::Tensor keys;    // [B, S, K] projected keys (layout depends on the mechanism)
+  torch::Tensor values;  // [B, S, V] values
+  torch::Tensor mask;    // [B, S] bool, true at real source tokens
+  // Rows reordered/expanded along the batch (beam search).
+  AttentionMemory index_select(const torch::Tensor& rows) const;
+};
+
+struct AttentionOutput {
+  torch::Tensor context;       // [B, T, C]
+  torch::Tensor weights;       // [B, T, S], rows sum to 1 (mean over heads)
+  torch::Tensor head_weights;  // [B, heads, T, S] for multi-head attention, else undefined
+};
+
+// softmax(q k^T / sqrt(d)) v with masking. q [B, T, d], k [B, S, d], v [B, S, dv], mask [B, S] bool.
+AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const torch::Tensor& mask);
+
+// Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
+torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
+
+class AttentionImpl : public torch::nn::Module {
+ public:
+  // enc_states [B, S, H_enc], mask [B, S]
+  virtual AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) = 0;
+  // query [B, T, Q] -> context [B, T, C] and weights [B, T, S]
+  virtual AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) = 0;
+  virtual int64_t context_dim() const = 0;
+  virtual int64_t heads() const { return 1; }
+};
+
+// Bahdanau et al. 2015 (additive): score(s, h) = v^T tanh(W s + U h). Also Luong's "concat":
+// v^T tanh(W [s; h]) = v^T tanh(W_s s + W_h h), the same computation queried with the current state.
+class AdditiveAttention : public AttentionImpl {
+ public:
+  AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim);
+  AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
+  AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
+  int64_t context_dim() const override { return key_dim_; }
+
+ private:
+  int64_t key_dim_;
+  torch::nn::Linear w_query{nullptr}, u_key{nullptr}, v{nullptr};
+};
+
+// Luong et al. 2015 multiplicative: dot s^T h, general s^T W h (W h projected once per batch).
+class MultiplicativeAttention : public AttentionImpl {
+ public:
+  MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general);
+  AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
+  AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
+  int64_t context_dim() const override { return key_dim_; }
+
+ private:
+  int64_t key_dim_;
+  torch::nn::Linear w{nullptr};  // general only
+};
+
+// Vaswani et al. 2017 scaled dot-product attention with `heads` heads: Q from the decoder state,
+// K and V projected from the encoder states, heads concatenated and projected back.
+class MultiHeadAttention : public AttentionImpl {
+ public:
+  MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads);
+  AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
+  AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
+  int64_t context_dim() const override { return key_dim_; }
+  int64_t heads() const override { return heads_; }
+
+ private:
+  int64_t key_dim_, attn_dim_, heads_;
+  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+};
+
+// Builds the mechanism named by cfg.attention.type ("none" returns nullptr).
+std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg);
+
+}  // namespace attnmt

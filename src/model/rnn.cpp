@@ -1,0 +1,196 @@
+#include "model/rnn.h"
+
+#include "data/vocab.h"
+
+namespace attnmt {
+
+RnnState RnnState::index_select(const torch::Tensor& rows) const {
+  RnnState s;
+  s.h = h.index_select(1, rows);
+  if (c.defined()) s.c = c.index_select(1, rows);
+  return s;
+}
+
+RnnImpl::RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t layers, double dropout,
+                 bool bidirectional) {
+  double inner = layers > 1 ? dropout : 0.0;  // dropout between stacked layers only
+  if (cell == "lstm") {
+    lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden)
+                                                       .num_layers(layers)
+                                                       .batch_first(true)
+                                                       .dropout(inner)
+                                                       .bidirectional(bidirectional)));
+  } else {
+    gru = register_module("gru", torch::nn::GRU(torch::nn::GRUOptions(input, hidden)
+                                                    .num_layers(layers)
+                                                    .batch_first(true)
+                                                    .dropout(inner)
+                                                    .bidirectional(bidirectional)));
+  }
+}
+
+std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, const RnnState& state) {
+  if (lstm) {
+    auto [y, hc] = state.h.defined() ? lstm->forward(x, std::make_tuple(state.h, state.c)) : lstm->forward(x);
+    return {y, RnnState{std::get<0>(hc), std::get<1>(hc)}};
+  }
+  auto [y, h] = state.h.defined() ? gru->forward(x, state.h) : gru->forward(x);
+  return {y, RnnState{h, torch::Tensor()}};
+}
+
+std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& lengths) {
+  namespace rnnu = torch::nn::utils::rnn;
+  auto packed = rnnu::pack_padded_sequence(x, lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);
+  const int64_t total = x.size(1);
+  if (lstm) {
+    auto [y, hc] = lstm->forward_with_packed_input(packed);
+    auto [out, len] = rnnu::pad_packed_sequence(y, true, 0.0, total);
+    return {out, RnnState{std::get<0>(hc), std::get<1>(hc)}};
+  }
+  auto [y, h] = gru->forward_with_packed_input(packed);
+  auto [out, len] = rnnu::pad_packed_sequence(y, true, 0.0, total);
+  return {out, RnnState{h, torch::Tensor()}};
+}
+
+EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
+    : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers) {
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(Vocab::kPad)));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  int64_t per_dir = cfg.bidirectional ? cfg.hidden_dim / 2 : cfg.hidden_dim;
+  rnn = register_module("rnn", Rnn(cfg.rnn, cfg.embed_dim, per_dir, cfg.encoder_layers, cfg.dropout, cfg.bidirectional));
+}
+
+EncoderOutput EncoderImpl::forward(const torch::Tensor& src, const torch::Tensor& lengths, const torch::Tensor& mask) {
+  TORCH_CHECK(src.dim() == 2, "Encoder: src must be [B, S], got ", src.sizes());
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == src.size(0), "Encoder: lengths must be [B], got ", lengths.sizes());
+  TORCH_CHECK(mask.sizes() == src.sizes(), "Encoder: mask must match src, got ", mask.sizes());
+  TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
+  torch::Tensor x = drop(embed(src));                     // [B, S, E]
+  auto [states, st] = rnn->forward_packed(x, lengths);    // [B, S, H], h [L*dirs, B, H/dirs]
+  auto last = [&](const torch::Tensor& t) {
+    if (!t.defined()) return torch::Tensor();
+    if (bidirectional_) return torch::cat({t[2 * layers_ - 2], t[2 * layers_ - 1]}, -1);  // [B, H]
+    return t[layers_ - 1];
+  };
+  return {states, mask, last(st.h), last(st.c)};
+}
+
+DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
+  DecoderState s;
+  s.rnn = rnn.index_select(rows);
+  if (feed.defined()) s.feed = feed.index_select(0, rows);
+  if (fixed.defined()) s.fixed = fixed.index_select(0, rows);
+  return s;
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
+    : luong_style_(cfg.attention.type == "luong" || cfg.attention.type == "scaled_dot"),
+      input_feeding_(cfg.input_feeding),
+      hidden_(cfg.hidden_dim),
+      layers_(cfg.decoder_layers) {
+  const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(Vocab::kPad)));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  attention_ = make_attention(cfg);
+  if (attention_) register_module("attention", attention_);
+  // RNN input: embedding, plus the context (Bahdanau / none) or the previous attentional state (input feeding).
+  int64_t in = E + ((!luong_style_ || input_feeding_) ? H : 0);
+  rnn = register_module("rnn", Rnn(cfg.rnn, in, H, cfg.decoder_layers, cfg.dropout, false));
+  bridge_h = register_module("bridge_h", torch::nn::Linear(H, H * layers_));
+  if (cfg.rnn == "lstm") bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
+  combine = register_module("combine", torch::nn::Linear(luong_style_ ? 2 * H : 2 * H + E, H));
+  out = register_module("out", torch::nn::Linear(H, vocab));
+}
+
+DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
+  const int64_t B = enc.final_h.size(0);
+  auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
+    return torch::tanh(l(x)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
+  };
+  DecoderState s;
+  s.rnn.h = bridge(bridge_h, enc.final_h);
+  if (bridge_c) s.rnn.c = bridge(bridge_c, enc.final_c);
+  if (input_feeding_) s.feed = torch::zeros({B, hidden_}, enc.final_h.options());
+  if (!attention_) s.fixed = enc.final_h;  // the bottleneck: one vector for the whole sentence
+  return s;
+}
+
+AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
+  if (!attention_) return {torch::Tensor(), torch::Tensor(), enc.mask};
+  return attention_->prepare(enc.states, enc.mask);
+}
+
+DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
+  TORCH_CHECK(y_prev.dim() == 1, "Decoder::step: y_prev must be [B], got ", y_prev.sizes());
+  torch::Tensor e = drop(embed(y_prev));  // [B, E]
+  const torch::Tensor top_prev = state.rnn.h[layers_ - 1];  // [B, H]
+  DecoderStepOutput o;
+  if (luong_style_) {
+    torch::Tensor x = input_feeding_ ? torch::cat({e, state.feed}, -1) : e;
+    auto [y, st] = rnn->forward(x.unsqueeze(1), state.rnn);  // y [B, 1, H]
+    state.rnn = st;
+    AttentionOutput a = attention_->attend(y, mem);          // queried with the current state
+    torch::Tensor ht = torch::tanh(combine(torch::cat({a.context, y}, -1))).squeeze(1);  // h~_t [B, H]
+    if (input_feeding_) state.feed = ht;
+    o.readout = ht;
+    o.weights = a.weights.squeeze(1);
+    if (a.head_weights.defined()) o.head_weights = a.head_weights.squeeze(2);
+    return o;
+  }
+  torch::Tensor ctx;
+  if (attention_) {
+    AttentionOutput a = attention_->attend(top_prev.unsqueeze(1), mem);  // queried with s_{t-1}
+    ctx = a.context.squeeze(1);
+    o.weights = a.weights.squeeze(1);
+  } else {
+    ctx = state.fixed;
+  }
+  auto [y, st] = rnn->forward(torch::cat({e, ctx}, -1).unsqueeze(1), state.rnn);
+  state.rnn = st;
+  o.readout = torch::tanh(combine(torch::cat({y.squeeze(1), ctx, e}, -1)));
+  return o;
+}
+
+DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
+                                   double teacher_forcing, bool stepwise) {
+  TORCH_CHECK(tgt_in.dim() == 2, "Decoder: tgt_in must be [B, T], got ", tgt_in.sizes());
+  TORCH_CHECK(state.rnn.h.size(1) == tgt_in.size(0), "Decoder: state batch ", state.rnn.h.size(1), " vs target ",
+              tgt_in.size(0));
+  DecoderOutput o;
+  const int64_t T = tgt_in.size(1);
+  if (can_run_all_steps() && !stepwise && teacher_forcing >= 1.0) {
+    // Whole-sequence path: one RNN call over all steps, then attention in batched matmuls.
+    torch::Tensor e = drop(embed(tgt_in));              // [B, T, E]
+    auto [y, st] = rnn->forward(e, state.rnn);          // [B, T, H]
+    AttentionOutput a = attention_->attend(y, mem);     // [B, T, H], [B, T, S]
+    o.readout = torch::tanh(combine(torch::cat({a.context, y}, -1)));
+    o.weights = a.weights;
+    o.head_weights = a.head_weights;
+    return o;
+  }
+  std::vector<torch::Tensor> readouts, weights, heads;
+  readouts.reserve(static_cast<size_t>(T));
+  torch::Tensor y_prev = tgt_in.select(1, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    DecoderStepOutput s = step(y_prev, state, mem);
+    readouts.push_back(s.readout);
+    if (s.weights.defined()) weights.push_back(s.weights);
+    if (s.head_weights.defined()) heads.push_back(s.head_weights);
+    if (t + 1 < T) {
+      y_prev = tgt_in.select(1, t + 1);
+      if (teacher_forcing < 1.0) {
+        // Feed the model's own prediction where a coin with P(gold) = teacher_forcing says so.
+        torch::NoGradGuard ng;
+        torch::Tensor pred = logits(s.readout).argmax(-1);
+        torch::Tensor use_gold = torch::bernoulli(torch::full({y_prev.size(0)}, teacher_forcing)).to(torch::kBool).to(y_prev.device());
+        y_prev = torch::where(use_gold, y_prev, pred);
+      }
+    }
+  }
+  o.readout = torch::stack(readouts, 1);
+  if (!weights.empty()) o.weights = torch::stack(weights, 1);
+  if (!heads.empty()) o.head_weights = torch::stack(heads, 2);
+  return o;
+}
+
+}  // namespace attnmt

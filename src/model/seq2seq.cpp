@@ -1,0 +1,36 @@
+#include "model/seq2seq.h"
+
+namespace attnmt {
+
+Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_vocab)
+    : cfg_(cfg), src_vocab_(src_vocab), tgt_vocab_(tgt_vocab) {
+  encoder = register_module("encoder", Encoder(cfg, src_vocab));
+  decoder = register_module("decoder", Decoder(cfg, tgt_vocab));
+}
+
+EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask) {
+  return encoder->forward(src, src_len, src_mask);
+}
+
+Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing,
+                                  bool stepwise) {
+  TORCH_CHECK(tgt_in.size(0) == enc.states.size(0), "Seq2Seq: target batch ", tgt_in.size(0), " vs source ",
+              enc.states.size(0));
+  DecoderState state = decoder->init_state(enc);
+  AttentionMemory mem = decoder->prepare(enc);
+  DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise);
+  return {decoder->logits(d.readout), d.weights, d.head_weights};  // output layer once over all steps
+}
+
+Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
+                                   const torch::Tensor& tgt_in, double teacher_forcing, bool stepwise) {
+  return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise);
+}
+
+int64_t Seq2SeqImpl::parameter_count() const {
+  int64_t n = 0;
+  for (const auto& p : parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace attnmt

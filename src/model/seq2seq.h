@@ -1,0 +1,39 @@
+// The encoder-decoder model and its factory.
+#pragma once
+#include <torch/torch.h>
+
+#include "common/config.h"
+#include "model/rnn.h"
+
+namespace attnmt {
+
+struct Seq2SeqOutput {
+  torch::Tensor logits;        // [B, T, V]
+  torch::Tensor weights;       // [B, T, S] or undefined (no attention)
+  torch::Tensor head_weights;  // [B, heads, T, S] or undefined
+};
+
+class Seq2SeqImpl : public torch::nn::Module {
+ public:
+  Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_vocab);
+  EncoderOutput encode(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask);
+  // Teacher-forced decoding of tgt_in given an encoding (tests perturb the encoding through this).
+  Seq2SeqOutput decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing = 1.0,
+                       bool stepwise = false);
+  Seq2SeqOutput forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
+                        const torch::Tensor& tgt_in, double teacher_forcing = 1.0, bool stepwise = false);
+  int64_t parameter_count() const;
+  const ModelConfig& config() const { return cfg_; }
+  int64_t src_vocab() const { return src_vocab_; }
+  int64_t tgt_vocab() const { return tgt_vocab_; }
+
+  Encoder encoder{nullptr};
+  Decoder decoder{nullptr};
+
+ private:
+  ModelConfig cfg_;
+  int64_t src_vocab_, tgt_vocab_;
+};
+TORCH_MODULE(Seq2Seq);
+
+}  // namespace attnmt

@@ -1,0 +1,242 @@
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "data/vocab.h"
+#include "model/attention.h"
+#include "model/seq2seq.h"
+
+using namespace attnmt;
+
+namespace {
+
+ModelConfig tiny_model(const std::string& type, const std::string& score = "", int heads = 1, bool feeding = false,
+                       const std::string& rnn = "gru") {
+  ModelConfig m;
+  m.rnn = rnn;
+  m.embed_dim = 8;
+  m.hidden_dim = 12;
+  m.dropout = 0.0;
+  m.attention.type = type;
+  m.attention.score = score;
+  m.attention.heads = heads;
+  m.input_feeding = feeding;
+  return m;
+}
+
+// Every attention configuration the project offers.
+std::vector<ModelConfig> all_models() {
+  return {tiny_model("none"),          tiny_model("bahdanau"),          tiny_model("luong", "dot"),
+          tiny_model("luong", "general"), tiny_model("luong", "concat"), tiny_model("luong", "general", 1, true),
+          tiny_model("scaled_dot", "", 1), tiny_model("scaled_dot", "", 3), tiny_model("bahdanau", "", 1, false, "lstm")};
+}
+
+std::string name_of(const ModelConfig& m) {
+  return m.rnn + "/" + m.attention.type + "/" + m.attention.score + "/h" + std::to_string(m.attention.heads) +
+         (m.input_feeding ? "/feed" : "");
+}
+
+struct TinyBatch {
+  torch::Tensor src, len, mask, tgt_in, tgt_out;
+};
+
+// Three sentences of lengths 5, 3, 4 over a vocabulary of 20.
+TinyBatch tiny_batch(int64_t extra_pad = 0) {
+  torch::manual_seed(3);
+  std::vector<int64_t> lens = {5, 3, 4};
+  int64_t S = 5 + extra_pad;
+  auto src = torch::full({3, S}, Vocab::kPad, torch::kLong);
+  for (int b = 0; b < 3; ++b) src[b].slice(0, 0, lens[b]) = torch::randint(4, 20, {lens[b]}, torch::kLong);
+  auto tgt = torch::randint(4, 20, {3, 4}, torch::kLong);
+  TinyBatch t;
+  t.src = src;
+  t.len = torch::tensor(lens, torch::kLong);
+  t.mask = src.ne(Vocab::kPad);
+  t.tgt_in = torch::cat({torch::full({3, 1}, Vocab::kBos, torch::kLong), tgt.slice(1, 0, 3)}, 1);
+  t.tgt_out = tgt;
+  return t;
+}
+
+}  // namespace
+
+TEST(Attention, WorkedExampleScaledDotProduct) {
+  // q=[1,0,1,0]; k1=[1,0,1,0], k2=[0,1,0,1], k3=[1,0,0,0]; d_k=4: scores q.k/2 = [1, 0, 0.5]
+  auto q = torch::tensor({1.f, 0.f, 1.f, 0.f}).view({1, 1, 4});
+  auto k = torch::tensor({1.f, 0.f, 1.f, 0.f, 0.f, 1.f, 0.f, 1.f, 1.f, 0.f, 0.f, 0.f}).view({1, 3, 4});
+  auto v = torch::tensor({10.f, 20.f, 30.f}).view({1, 3, 1});
+  auto mask = torch::ones({1, 3}, torch::kBool);
+  AttentionOutput o = scaled_dot_product(q, k, v, mask);
+  ASSERT_EQ(o.weights.sizes(), (std::vector<int64_t>{1, 1, 3}));
+  // softmax([1, 0, 0.5]) = e^1, e^0, e^0.5 over their sum 4.367...
+  EXPECT_NEAR(o.weights[0][0][0].item<float>(), 0.5065, 1e-4);
+  EXPECT_NEAR(o.weights[0][0][1].item<float>(), 0.1863, 1e-4);
+  EXPECT_NEAR(o.weights[0][0][2].item<float>(), 0.3072, 1e-4);
+  EXPECT_NEAR(o.context.item<float>(), 18.007, 1e-3);
+  // Masking k3 renormalises over the first two: softmax([1, 0]) = [0.7311, 0.2689]
+  auto m2 = torch::tensor({true, true, false}).view({1, 3});
+  AttentionOutput o2 = scaled_dot_product(q, k, v, m2);
+  EXPECT_EQ(o2.weights[0][0][2].item<float>(), 0.0f);
+  EXPECT_NEAR(o2.weights[0][0][0].item<float>(), 0.7311, 1e-4);
+}
+
+TEST(Attention, WeightsSumToOneAndMaskedAreExactlyZero) {
+  for (const ModelConfig& m : all_models()) {
+    auto att = make_attention(m);
+    if (!att) continue;
+    torch::manual_seed(1);
+    auto enc = torch::randn({2, 5, 12});
+    auto mask = torch::tensor({true, true, true, false, false, true, true, true, true, true}).view({2, 5});
+    auto query = torch::randn({2, 3, 12});
+    AttentionMemory mem = att->prepare(enc, mask);
+    AttentionOutput o = att->attend(query, mem);
+    ASSERT_EQ(o.context.sizes(), (std::vector<int64_t>{2, 3, 12})) << name_of(m);
+    ASSERT_EQ(o.weights.sizes(), (std::vector<int64_t>{2, 3, 5})) << name_of(m);
+    EXPECT_TRUE(torch::allclose(o.weights.sum(-1), torch::ones({2, 3}), 1e-5, 1e-5)) << name_of(m);
+    EXPECT_EQ(o.weights[0].slice(1, 3, 5).abs().sum().item<float>(), 0.0f) << name_of(m);
+    if (m.attention.heads > 1) {
+      ASSERT_EQ(o.head_weights.sizes(), (std::vector<int64_t>{2, 3, 3, 5}));
+      EXPECT_EQ(o.head_weights[0].slice(2, 3, 5).abs().sum().item<float>(), 0.0f);
+    }
+  }
+}
+
+TEST(Attention, GradientsMatchFiniteDifferences) {
+  for (const ModelConfig& m : all_models()) {
+    auto att = make_attention(m);
+    if (!att) continue;
+    att->to(torch::kDouble);
+    torch::manual_seed(2);
+    auto enc = torch::randn({2, 4, 12}, torch::kDouble).requires_grad_(true);
+    auto query = torch::randn({2, 2, 12}, torch::kDouble).requires_grad_(true);
+    auto mask = torch::tensor({true, true, true, false, true, true, true, true}).view({2, 4});
+    auto r1 = torch::randn({2, 2, 12}, torch::kDouble), r2 = torch::randn({2, 2, 4}, torch::kDouble);
+    auto f = [&]() {
+      AttentionOutput o = att->attend(query, att->prepare(enc, mask));
+      return (o.context * r1).sum() + (o.weights * r2).sum();
+    };
+    auto loss = f();
+    auto grads = torch::autograd::grad({loss}, {query, enc});
+    const double eps = 1e-6;
+    for (int which = 0; which < 2; ++which) {
+      torch::Tensor x = which == 0 ? query : enc;
+      auto flat = x.data().view(-1);
+      auto g = grads[static_cast<size_t>(which)].reshape(-1);
+      ASSERT_EQ(g.numel(), flat.numel());
+      for (int64_t i = 0; i < flat.numel(); i += 3) {
+        double orig = flat[i].item<double>();
+        flat[i] = orig + eps;
+        double up = f().item<double>();
+        flat[i] = orig - eps;
+        double down = f().item<double>();
+        flat[i] = orig;
+        double numeric = (up - down) / (2 * eps);
+        EXPECT_NEAR(g[i].item<double>(), numeric, 1e-5 * std::max(1.0, std::abs(numeric))) << name_of(m) << " input " << which << " elem " << i;
+      }
+    }
+  }
+}
+
+TEST(Model, OutputShapesAndWeights) {
+  TinyBatch b = tiny_batch();
+  for (const ModelConfig& m : all_models()) {
+    torch::manual_seed(0);
+    Seq2Seq model(m, 20, 20);
+    model->eval();
+    Seq2SeqOutput o = model->forward(b.src, b.len, b.mask, b.tgt_in);
+    ASSERT_EQ(o.logits.sizes(), (std::vector<int64_t>{3, 4, 20})) << name_of(m);
+    if (m.attention.type == "none") {
+      EXPECT_FALSE(o.weights.defined());
+    } else {
+      ASSERT_EQ(o.weights.sizes(), (std::vector<int64_t>{3, 4, 5})) << name_of(m);
+      EXPECT_TRUE(torch::allclose(o.weights.sum(-1), torch::ones({3, 4}), 1e-5, 1e-5));
+      EXPECT_EQ(o.weights[1].slice(1, 3, 5).abs().sum().item<float>(), 0.0f);  // sentence 2 has 3 tokens
+    }
+    EXPECT_GT(model->parameter_count(), 0);
+  }
+}
+
+TEST(Model, NoneIgnoresAllButTheFinalEncoderStateAttentionDoesNot) {
+  TinyBatch b = tiny_batch();
+  for (const ModelConfig& m : all_models()) {
+    torch::manual_seed(0);
+    Seq2Seq model(m, 20, 20);
+    model->eval();
+    torch::NoGradGuard ng;
+    EncoderOutput enc = model->encode(b.src, b.len, b.mask);
+    auto base = model->decode(enc, b.tgt_in).logits;
+    EncoderOutput perturbed = enc;
+    perturbed.states = enc.states.clone();
+    perturbed.states.select(1, 0) += 1.0;  // every sentence's first state (not the final one)
+    perturbed.states.select(1, 1) -= 1.0;
+    auto changed = model->decode(perturbed, b.tgt_in).logits;
+    double diff = (changed - base).abs().max().item<double>();
+    if (m.attention.type == "none") {
+      EXPECT_EQ(diff, 0.0) << name_of(m);
+    } else {
+      EXPECT_GT(diff, 1e-4) << name_of(m);
+    }
+  }
+}
+
+TEST(Model, PaddingInvariance) {
+  TinyBatch b = tiny_batch(0), p = tiny_batch(3);  // same sentences, 3 extra padding columns
+  for (const ModelConfig& m : all_models()) {
+    torch::manual_seed(0);
+    Seq2Seq model(m, 20, 20);
+    model->eval();
+    torch::NoGradGuard ng;
+    EncoderOutput e1 = model->encode(b.src, b.len, b.mask);
+    EncoderOutput e2 = model->encode(p.src, p.len, p.mask);
+    ASSERT_EQ(e2.states.size(1), 8);
+    EXPECT_TRUE(torch::allclose(e1.states, e2.states.slice(1, 0, 5), 1e-6, 1e-6)) << name_of(m);
+    EXPECT_TRUE(torch::allclose(e1.final_h, e2.final_h, 1e-6, 1e-6)) << name_of(m);
+    auto l1 = model->forward(b.src, b.len, b.mask, b.tgt_in).logits;
+    auto l2 = model->forward(p.src, p.len, p.mask, p.tgt_in).logits;
+    EXPECT_TRUE(torch::allclose(l1, l2, 1e-5, 1e-5)) << name_of(m);
+  }
+}
+
+TEST(Model, StepwiseAndAllStepsPathsAgree) {
+  TinyBatch b = tiny_batch();
+  int checked = 0;
+  for (const ModelConfig& m : all_models()) {
+    torch::manual_seed(0);
+    Seq2Seq model(m, 20, 20);
+    model->eval();
+    if (!model->decoder->can_run_all_steps()) continue;
+    torch::NoGradGuard ng;
+    auto fast = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, false);
+    auto slow = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, true);
+    EXPECT_TRUE(torch::allclose(fast.logits, slow.logits, 1e-5, 1e-5)) << name_of(m);
+    EXPECT_TRUE(torch::allclose(fast.weights, slow.weights, 1e-5, 1e-5)) << name_of(m);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);  // luong dot/general/concat, scaled_dot x2
+}
+
+TEST(Model, EveryAttentionTypeOverfitsEightPairs) {
+  torch::manual_seed(5);
+  const int64_t B = 8, S = 6, T = 6, V = 16;
+  auto src = torch::randint(4, V, {B, S}, torch::kLong);
+  auto tgt = src.flip({1});  // reverse the sentence: needs information from every source position
+  auto len = torch::full({B}, S, torch::kLong);
+  auto mask = src.ne(Vocab::kPad);
+  auto tgt_in = torch::cat({torch::full({B, 1}, Vocab::kBos, torch::kLong), tgt.slice(1, 0, T - 1)}, 1);
+  for (const ModelConfig& base : all_models()) {
+    ModelConfig m = base;
+    m.embed_dim = 16;
+    m.hidden_dim = 24;
+    torch::manual_seed(0);
+    Seq2Seq model(m, V, V);
+    torch::optim::Adam opt(model->parameters(), torch::optim::AdamOptions(1e-2));
+    double loss_v = 0;
+    for (int step = 0; step < 300; ++step) {
+      opt.zero_grad();
+      auto logits = model->forward(src, len, mask, tgt_in).logits;
+      auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, V}), tgt.reshape(-1));
+      loss.backward();
+      opt.step();
+      loss_v = loss.item<double>();
+    }
+    EXPECT_LT(loss_v, 0.05) << name_of(m);
+  }
+}
