@@ -11,7 +11,8 @@ namespace attnmt::cli {
 
 struct GlobalOptions {
   std::string log_level = "info";  // spdlog level
-  int threads = 0;                 // LibTorch intra-op and BLAS threads (0 = all cores)
+  int threads = 0;                 // BLAS threads (0 = all cores)
+  int intra_threads = 1;           // LibTorch intra-op threads (0 = same as threads)
   std::string device;              // auto | cpu | cuda | cuda:N; empty = the config's (default auto)
 };
 

@@ -18,7 +18,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string(ATTNMT_VERSION));
   cli::GlobalOptions g;
   app.add_option("--log-level", g.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
-  app.add_option("--threads", g.threads, "LibTorch intra-op and BLAS threads (0 = all cores)")->capture_default_str();
+  app.add_option("--threads", g.threads, "BLAS threads (0 = all cores)")->capture_default_str();
+  app.add_option("--intra-threads", g.intra_threads,
+                 "LibTorch intra-op threads (0 = same as --threads; 1 avoids OpenMP/OpenBLAS contention)")
+      ->capture_default_str();
   app.add_option("--device", g.device, "auto|cpu|cuda|cuda:N (auto = CUDA when available; default: the config's)");
 
   std::vector<cli::Command> commands = {
@@ -40,9 +43,10 @@ int main(int argc, char** argv) {
 
   try {
     setup_logging(g.log_level);
-    ThreadInfo t = setup_threads(g.threads);
+    ThreadInfo t = setup_threads(g.threads, g.intra_threads);
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
-    spdlog::info("threads: intra-op {}, BLAS {}", t.intra_op, t.blas < 0 ? std::string("n/a") : std::to_string(t.blas));
+    spdlog::info("threads: LibTorch intra-op {}, BLAS {}", t.intra_op,
+                 t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas));
     for (auto& c : commands)
       if (app.got_subcommand(c.app)) return c.run();
     return kExitUsage;

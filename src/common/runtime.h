@@ -15,8 +15,9 @@ struct ThreadInfo {
   std::string blas_name;    // which BLAS library answers (e.g. "OpenBLAS 0.3.21 ..."), or "unknown"
 };
 
-// Sets LibTorch's intra-op threads and OpenBLAS's threads to n (0 = all cores).
-ThreadInfo setup_threads(int n);
+// Sets OpenBLAS's threads (and, where the BLAS is not OpenBLAS, LibTorch's) to n (0 = all cores)
+// and LibTorch's intra-op threads to intra (0 = n).
+ThreadInfo setup_threads(int n, int intra);
 
 // Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
 // but not available.

@@ -1,0 +1,396 @@
+#include "train/trainer.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "common/fs.h"
+#include "data/text.h"
+#include "eval/bleu.h"
+#include "eval/search.h"
+
+namespace attnmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::atomic<int> g_stop_signal{0};
+extern "C" void on_signal(int s) { g_stop_signal.store(s); }
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<EncodedPair> encode_all(const TokenizedCorpus& c, const Vocab& sv, const Vocab& tv) {
+  std::vector<EncodedPair> out;
+  out.reserve(c.examples.size());
+  for (const auto& e : c.examples) out.push_back({sv.encode(e.src), tv.encode(e.tgt)});
+  return out;
+}
+
+void log_filter(const std::string& name, const FilterStats& s, int max_len) {
+  spdlog::info("{}: {} pairs read, {} kept, {} dropped as empty, {} dropped as longer than {} tokens", name, s.read,
+               s.kept, s.dropped_empty, s.dropped_long, max_len);
+}
+
+RunData prepare_data(const Config& cfg, bool load_vocab) {
+  RunData d;
+  TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
+  ParallelText train_text = read_split(cfg.data.train, "train");
+  ParallelText valid_text = read_split(cfg.data.valid, "valid");
+  TokenizedCorpus tr = tokenize_corpus(train_text, kind, cfg.data.lowercase, cfg.data.max_len);
+  TokenizedCorpus va = tokenize_corpus(valid_text, kind, cfg.data.lowercase, cfg.data.max_len);
+  log_filter("train", tr.stats, cfg.data.max_len);
+  log_filter("valid", va.stats, cfg.data.max_len);
+  if (load_vocab) {
+    d.src_vocab = Vocab::load(cfg.run_dir + "/src.vocab");
+    d.tgt_vocab = Vocab::load(cfg.run_dir + "/tgt.vocab");
+  } else {
+    std::vector<std::vector<std::string>> s, t;
+    for (auto& e : tr.examples) {
+      s.push_back(e.src);
+      t.push_back(e.tgt);
+    }
+    d.src_vocab = Vocab::build(s, cfg.data.src_vocab.min_freq, cfg.data.src_vocab.max_size);
+    d.tgt_vocab = Vocab::build(t, cfg.data.tgt_vocab.min_freq, cfg.data.tgt_vocab.max_size);
+  }
+  spdlog::info("vocabularies: source {} types, target {} types", d.src_vocab.size(), d.tgt_vocab.size());
+  d.train = encode_all(tr, d.src_vocab, d.tgt_vocab);
+  d.valid = encode_all(va, d.src_vocab, d.tgt_vocab);
+  for (const auto& e : va.examples) {
+    std::string ref = valid_text.tgt[static_cast<size_t>(e.line)];
+    d.valid_refs.push_back(cfg.data.lowercase ? to_lower_utf8(ref) : ref);
+  }
+  return d;
+}
+
+void append_line(const std::string& path, const std::string& line) {
+  // One write() of a whole line: a kill leaves either the full line or none of it (O_APPEND).
+  std::string l = line + "\n";
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw Error(path + ": cannot open for appending");
+  size_t w = std::fwrite(l.data(), 1, l.size(), f);
+  int rc = std::fclose(f);
+  if (w != l.size() || rc != 0) throw Error(path + ": write failed (disk full?)");
+}
+
+}  // namespace
+
+void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
+
+torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
+  TORCH_CHECK(logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) && logits.size(1) == target.size(1),
+              "sequence_loss: logits [B, T, V] and target [B, T] expected, got ", logits.sizes(), " and ", target.sizes());
+  namespace F = torch::nn::functional;
+  return F::cross_entropy(logits.reshape({-1, logits.size(2)}), target.reshape(-1),
+                          F::CrossEntropyFuncOptions().ignore_index(Vocab::kPad).reduction(torch::kSum).label_smoothing(label_smoothing));
+}
+
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st) {
+  write_atomic_with(path, [&](const std::string& tmp) {
+    torch::serialize::OutputArchive ar;
+    torch::serialize::OutputArchive m;
+    model->save(m);
+    ar.write("model", m);
+    if (optim) {
+      torch::serialize::OutputArchive o;
+      optim->save(o);
+      ar.write("optimizer", o);
+    }
+    auto i64 = [](int64_t v) { return torch::tensor({v}, torch::kLong); };
+    auto f64 = [](double v) { return torch::tensor({v}, torch::kDouble); };
+    ar.write("step", i64(st.step));
+    ar.write("epoch", i64(st.epoch));
+    ar.write("batch_in_epoch", i64(st.batch_in_epoch));
+    ar.write("best_metric", f64(st.best_metric));
+    ar.write("has_best", i64(st.has_best));
+    ar.write("bad_validations", i64(st.bad_validations));
+    ar.write("plateau_bad", i64(st.plateau_bad));
+    ar.write("lr", f64(st.lr));
+    ar.write("elapsed_s", f64(st.elapsed_s));
+    ar.write("finished", i64(st.finished));
+    ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    try {
+      ar.save_to(tmp);
+    } catch (const c10::Error& e) {
+      throw Error(path + ": cannot write checkpoint (disk full?): " + e.what_without_backtrace());
+    }
+  });
+}
+
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim) {
+  if (!fs::is_regular_file(path)) throw UsageError(path + ": checkpoint not found");
+  TrainerState st;
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(path);
+    torch::serialize::InputArchive m;
+    ar.read("model", m);
+    model->load(m);
+    if (optim) {
+      torch::serialize::InputArchive o;
+      ar.read("optimizer", o);
+      optim->load(o);
+    }
+    auto i64 = [&](const char* k) {
+      torch::Tensor t;
+      ar.read(k, t);
+      return t.item<int64_t>();
+    };
+    auto f64 = [&](const char* k) {
+      torch::Tensor t;
+      ar.read(k, t);
+      return t.item<double>();
+    };
+    st.step = i64("step");
+    st.epoch = i64("epoch");
+    st.batch_in_epoch = i64("batch_in_epoch");
+    st.best_metric = f64("best_metric");
+    st.has_best = i64("has_best") != 0;
+    st.bad_validations = i64("bad_validations");
+    st.plateau_bad = i64("plateau_bad");
+    st.lr = f64("lr");
+    st.elapsed_s = f64("elapsed_s");
+    st.finished = i64("finished") != 0;
+    torch::Tensor rng;
+    ar.read("rng_cpu", rng);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    msg = msg.substr(0, msg.find('\n'));
+    throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config): " + msg);
+  }
+  return st;
+}
+
+ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device) {
+  torch::NoGradGuard ng;
+  model->eval();
+  ValidationResult r;
+  double loss_sum = 0;
+  int64_t tokens = 0;
+  auto plan = make_batch_plan(data.valid, cfg.eval.batch_size, 0, 0, false);
+  std::vector<std::string> hyps(data.valid.size());
+  TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
+  SearchOptions so;
+  so.max_len_ratio = cfg.eval.max_len_ratio;
+  for (const auto& idx : plan) {
+    Batch b = make_batch(data.valid, idx);
+    Batch db = b.to(device);
+    auto out = model->forward(db.src, db.src_len, db.src_mask, db.tgt_in);
+    loss_sum += sequence_loss(out.logits, db.tgt_out, 0.0).item<double>();
+    tokens += b.tgt_tokens;
+    auto hs = greedy_search(model, b, so, device);
+    for (size_t k = 0; k < idx.size(); ++k)
+      hyps[static_cast<size_t>(idx[k])] = detokenize(data.tgt_vocab.decode(hs[k].tokens), kind);
+  }
+  r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
+  r.ppl = std::exp(std::min(r.loss, 100.0));
+  r.bleu = corpus_bleu(hyps, {data.valid_refs}).score;
+  model->train();
+  return r;
+}
+
+TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device) {
+  const std::string dir = cfg.run_dir;
+  const std::string last = dir + "/last.pt", best = dir + "/best.pt", cfg_path = dir + "/config.json";
+  nlohmann::json resolved = config_to_json(cfg);
+  if (opt.resume) {
+    if (!fs::is_regular_file(last)) throw UsageError(dir + ": nothing to resume (no last.pt)");
+    if (fs::is_regular_file(cfg_path)) {
+      Config old = config_from_json(read_json_file(cfg_path));
+      nlohmann::json a = config_to_json(old), b = resolved;
+      if (a["model"] != b["model"] || a["data"] != b["data"])
+        throw UsageError(dir + ": the config's model or data section differs from the run being resumed");
+    }
+  } else if (fs::exists(cfg_path) || fs::exists(last)) {
+    if (!opt.overwrite)
+      throw UsageError(dir + ": already holds a run; use --resume to continue it or --overwrite to replace it");
+    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log"}) {
+      std::error_code ec;
+      fs::remove(dir + "/" + f, ec);
+    }
+  }
+  make_dirs(dir);
+  if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
+  write_file_atomic(cfg_path, resolved.dump(2) + "\n");
+
+  RunData data = prepare_data(cfg, opt.resume);
+  if (!opt.resume) {
+    data.src_vocab.save(dir + "/src.vocab");
+    data.tgt_vocab.save(dir + "/tgt.vocab");
+  }
+  spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
+               padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
+
+  torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
+  Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
+  model->to(device);
+  torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(cfg.train.lr));  // after moving the model
+  spdlog::info("model: {} attention, {} parameters, device {}", cfg.model.attention.type, model->parameter_count(),
+               device.str());
+
+  TrainerState st;
+  st.lr = cfg.train.lr;
+  if (opt.resume) {
+    st = load_checkpoint(last, model, &optim);
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", last, st.step, st.epoch + 1, st.batch_in_epoch);
+  }
+  auto set_lr = [&](double lr) {
+    for (auto& g : optim.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
+  };
+  set_lr(st.lr);
+
+  g_stop_signal.store(0);
+  auto old_int = std::signal(SIGINT, on_signal);
+  auto old_term = std::signal(SIGTERM, on_signal);
+  struct Restore {
+    decltype(old_int) i, t;
+    ~Restore() {
+      std::signal(SIGINT, i);
+      std::signal(SIGTERM, t);
+    }
+  } restore{old_int, old_term};
+
+  TrainResult result;
+  const bool higher_better = cfg.train.early_stopping.metric == "bleu";
+  const double t0 = now_s();
+  double window_loss = 0, window_tokens = 0, window_t = now_s();
+  int64_t window_tgt_tokens = 0;
+  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  double last_progress = 0;
+
+  const double base_elapsed = st.elapsed_s;
+  auto update_elapsed = [&]() { st.elapsed_s = base_elapsed + (now_s() - t0); };
+  auto do_validation = [&](int64_t reported_epoch) {
+    ValidationResult v = validate(model, data, cfg, device);
+    update_elapsed();
+    double elapsed = st.elapsed_s;
+    double train_loss = window_tokens > 0 ? window_loss / window_tokens : 0.0;
+    double tps = window_tgt_tokens / std::max(1e-9, now_s() - window_t);
+    double metric = higher_better ? v.bleu : v.ppl;
+    bool improved = !st.has_best || (higher_better ? metric > st.best_metric : metric < st.best_metric);
+    if (improved) {
+      st.best_metric = metric;
+      st.has_best = true;
+      st.bad_validations = 0;
+      st.plateau_bad = 0;
+    } else {
+      ++st.bad_validations;
+      ++st.plateau_bad;
+      if (cfg.train.lr_schedule.type == "plateau" && st.plateau_bad > cfg.train.lr_schedule.patience) {
+        st.lr = std::max(cfg.train.lr_schedule.min_lr, st.lr * cfg.train.lr_schedule.factor);
+        set_lr(st.lr);
+        st.plateau_bad = 0;
+        spdlog::info("learning rate reduced to {:.3g}", st.lr);
+      }
+    }
+    nlohmann::json m = {{"step", st.step},        {"epoch", reported_epoch + 1},     {"train_loss", train_loss},
+                        {"valid_loss", v.loss},   {"valid_ppl", v.ppl},        {"valid_bleu", v.bleu},
+                        {"lr", st.lr},            {"tokens_per_s", tps},       {"elapsed_s", elapsed}};
+    append_line(dir + "/metrics.jsonl", m.dump());
+    if (tty) std::fprintf(stderr, "\r\033[K");
+    spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
+                 st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");
+    result.validations.push_back(v);
+    if (improved) save_checkpoint(best, model, &optim, st);
+    save_checkpoint(last, model, &optim, st);
+    window_loss = window_tokens = 0;
+    window_tgt_tokens = 0;
+    window_t = now_s();
+    if (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience) {
+      spdlog::info("early stopping: {} validations without improvement", st.bad_validations);
+      st.finished = true;
+    }
+  };
+
+  model->train();
+  // A resumed run continues as long as its (possibly raised) limits allow.
+  st.finished = (cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps) ||
+                (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience);
+  bool stop = st.finished;
+  int64_t last_validated = result.validations.empty() ? (opt.resume ? st.step : -1) : st.step;
+  while (!stop && st.epoch < cfg.train.epochs) {
+    auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true);
+    const int64_t per_epoch = static_cast<int64_t>(plan.size());
+    while (st.batch_in_epoch < per_epoch) {
+      Batch b = make_batch(data.train, plan[static_cast<size_t>(st.batch_in_epoch)]).to(device);
+      optim.zero_grad();
+      auto out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, cfg.train.teacher_forcing);
+      torch::Tensor loss_sum = sequence_loss(out.logits, b.tgt_out, cfg.train.label_smoothing);
+      torch::Tensor loss = loss_sum / static_cast<double>(b.tgt_tokens);
+      loss.backward();
+      double lv = loss_sum.item<double>();
+      if (!std::isfinite(lv)) {
+        throw Error("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " +
+                    std::to_string(st.step + 1) + "; last good checkpoint: " +
+                    (fs::exists(last) ? last : std::string("none")));
+      }
+      if (cfg.train.clip_norm > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip_norm);
+      optim.step();
+      ++st.step;
+      ++st.batch_in_epoch;
+      window_loss += lv;
+      window_tokens += static_cast<double>(b.tgt_tokens);
+      window_tgt_tokens += b.tgt_tokens;
+      double now = now_s();
+      if (tty && now - last_progress > 0.25) {
+        double tps = window_tgt_tokens / std::max(1e-9, now - window_t);
+        std::fprintf(stderr, "\r\033[Kepoch %lld  step %lld (%lld/%lld)  loss %.4f  %.0f tok/s", static_cast<long long>(st.epoch + 1),
+                     static_cast<long long>(st.step), static_cast<long long>(st.batch_in_epoch), static_cast<long long>(per_epoch),
+                     window_loss / std::max(1.0, window_tokens), tps);
+        last_progress = now;
+      } else if (!tty && st.step % cfg.train.log_every == 0) {
+        spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s", st.epoch + 1, st.step, st.batch_in_epoch,
+                     per_epoch, window_loss / std::max(1.0, window_tokens),
+                     window_tgt_tokens / std::max(1e-9, now - window_t));
+      }
+      const bool at_epoch_end = st.batch_in_epoch == per_epoch;
+      if (at_epoch_end) {  // move the position to the next epoch before any checkpoint
+        ++st.epoch;
+        st.batch_in_epoch = 0;
+      }
+      const bool step_limit = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
+      const bool time_limit = cfg.train.max_minutes > 0 && (base_elapsed + now - t0) / 60.0 >= cfg.train.max_minutes;
+      if (at_epoch_end || (cfg.train.valid_every > 0 && st.step % cfg.train.valid_every == 0)) {
+        do_validation(at_epoch_end ? st.epoch - 1 : st.epoch);  // report the epoch the step belongs to
+        last_validated = st.step;
+      }
+      if (st.epoch >= cfg.train.epochs || step_limit || time_limit) st.finished = true;
+      if (st.finished && last_validated != st.step) {  // every run ends with a validation (and best.pt)
+        do_validation(at_epoch_end ? st.epoch - 1 : st.epoch);
+        last_validated = st.step;
+      }
+      if (st.finished) stop = true;
+      int sig = g_stop_signal.load();
+      update_elapsed();
+      if (sig != 0) {
+        save_checkpoint(last, model, &optim, st);
+        spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
+        result.state = st;
+        result.exit_code = 128 + sig;
+        return result;
+      }
+      if (stop || at_epoch_end) break;
+    }
+  }
+  st.finished = true;
+  update_elapsed();
+  save_checkpoint(last, model, &optim, st);
+  spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}", st.step,
+               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, best, last);
+  result.state = st;
+  return result;
+}
+
+}  // namespace attnmt

@@ -1,0 +1,70 @@
+// Training: data preparation, the step loop, validation, checkpoints with exact resume,
+// early stopping, LR schedule, signals.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/config.h"
+#include "data/batcher.h"
+#include "data/corpus.h"
+#include "data/vocab.h"
+#include "model/seq2seq.h"
+
+namespace attnmt {
+
+struct TrainOptions {
+  bool resume = false;     // continue from run_dir/last.pt
+  bool overwrite = false;  // replace an existing run in run_dir
+};
+
+// What is saved with every checkpoint besides model and optimizer.
+struct TrainerState {
+  int64_t step = 0;            // optimizer updates done
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t batch_in_epoch = 0;  // next batch of the epoch's plan
+  double best_metric = 0;      // best validation metric so far
+  bool has_best = false;
+  int64_t bad_validations = 0; // early stopping counter
+  int64_t plateau_bad = 0;     // LR schedule counter
+  double lr = 0;               // current learning rate
+  double elapsed_s = 0;        // training time before this process
+  bool finished = false;       // training ended (epochs, max_steps, early stopping)
+};
+
+struct ValidationResult {
+  double loss = 0;  // per target token
+  double ppl = 0;
+  double bleu = 0;
+};
+
+struct TrainResult {
+  TrainerState state;
+  std::vector<ValidationResult> validations;
+  int exit_code = 0;  // 0, or 130/143 when stopped by SIGINT/SIGTERM
+};
+
+// Prepared data for a run.
+struct RunData {
+  Vocab src_vocab, tgt_vocab;
+  std::vector<EncodedPair> train, valid;
+  std::vector<std::string> valid_refs;  // raw reference lines of the kept validation pairs
+};
+
+TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
+
+// Checkpoint I/O. load_checkpoint throws UsageError on a missing, truncated or mismatched file.
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st);
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim);
+
+// Validation loss/perplexity (teacher forced) and greedy BLEU.
+ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);
+
+// Cross-entropy summed over real target tokens, with label smoothing.
+torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing);
+
+// Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
+void request_stop(int signal_number);
+
+}  // namespace attnmt

@@ -1,0 +1,149 @@
+#include <gtest/gtest.h>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "data/toy_corpus.h"
+#include "support.h"
+#include "train/trainer.h"
+
+using namespace attnmt;
+
+namespace {
+
+// A tiny corpus (generated once per test binary run) and a tiny model config over it.
+const std::string& tiny_corpus() {
+  static std::string dir = [] {
+    std::string d = test::temp_dir("train_corpus");
+    ToyCorpusOptions o;
+    o.train = 96;
+    o.valid = 12;
+    o.test = 12;
+    o.max_len = 20;
+    write_toy_corpus(d, o);
+    return d;
+  }();
+  return dir;
+}
+
+Config tiny_config(const std::string& run_dir, const std::string& attention = "bahdanau") {
+  Config c;
+  const std::string& d = tiny_corpus();
+  c.run_dir = run_dir;
+  c.data.train = {d + "/train.en", d + "/train.fr", "", ""};
+  c.data.valid = {d + "/valid.en", d + "/valid.fr", "", ""};
+  c.data.tokenizer = "space";
+  c.model.embed_dim = 8;
+  c.model.hidden_dim = 16;
+  c.model.dropout = 0.2;  // dropout draws random numbers: resume must restore the generator
+  c.model.attention.type = attention;
+  c.train.batch_size = 16;
+  c.train.epochs = 3;
+  c.train.valid_every = 4;
+  c.train.seed = 7;
+  c.train.teacher_forcing = 0.8;  // sampling draws random numbers too
+  c.eval.batch_size = 16;
+  validate(c);
+  return c;
+}
+
+std::vector<nlohmann::json> metrics(const std::string& dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(test::read_file(dir + "/metrics.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST(Train, SameSeedSameNumbers) {
+  std::string a = test::temp_dir("train_det_a"), b = test::temp_dir("train_det_b");
+  Config ca = tiny_config(a), cb = tiny_config(b);
+  ca.train.max_steps = cb.train.max_steps = 8;
+  train(ca, {}, torch::kCPU);
+  train(cb, {}, torch::kCPU);
+  auto ma = metrics(a), mb = metrics(b);
+  ASSERT_EQ(ma.size(), 3u);  // steps 4, 6 (end of epoch 1: 96 pairs / 16) and 8
+  ASSERT_EQ(mb.size(), ma.size());
+  for (size_t i = 0; i < ma.size(); ++i)
+    for (const char* k : {"step", "train_loss", "valid_loss", "valid_ppl", "valid_bleu", "lr"})
+      EXPECT_EQ(ma[i][k], mb[i][k]) << k << " at validation " << i;
+  for (const char* f : {"config.json", "src.vocab", "tgt.vocab", "best.pt", "last.pt"})
+    EXPECT_TRUE(std::filesystem::exists(a + "/" + f)) << f;
+}
+
+TEST(Train, ResumeGivesTheSameTrajectory) {
+  std::string straight = test::temp_dir("train_straight"), split = test::temp_dir("train_split");
+  Config c1 = tiny_config(straight);
+  c1.train.max_steps = 16;  // crosses an epoch boundary (6 batches per epoch)
+  train(c1, {}, torch::kCPU);
+  Config c2 = tiny_config(split);
+  c2.train.max_steps = 8;
+  train(c2, {}, torch::kCPU);
+  c2.train.max_steps = 16;
+  TrainOptions resume;
+  resume.resume = true;
+  TrainResult r = train(c2, resume, torch::kCPU);
+  EXPECT_EQ(r.state.step, 16);
+  auto m1 = metrics(straight), m2 = metrics(split);
+  ASSERT_GE(m1.size(), 4u);
+  ASSERT_EQ(m2.size(), m1.size());
+  for (size_t i = 0; i < m1.size(); ++i) {
+    EXPECT_EQ(m1[i]["step"], m2[i]["step"]);
+    EXPECT_DOUBLE_EQ(m1[i]["valid_loss"].get<double>(), m2[i]["valid_loss"].get<double>()) << "validation " << i;
+    EXPECT_DOUBLE_EQ(m1[i]["train_loss"].get<double>(), m2[i]["train_loss"].get<double>()) << "validation " << i;
+  }
+}
+
+TEST(Train, RunDirProtectedAndResumeNeedsCheckpoint) {
+  std::string dir = test::temp_dir("train_protect");
+  Config c = tiny_config(dir);
+  c.train.max_steps = 2;
+  TrainOptions resume;
+  resume.resume = true;
+  EXPECT_THROW(train(c, resume, torch::kCPU), UsageError);  // nothing to resume
+  train(c, {}, torch::kCPU);
+  EXPECT_THROW(train(c, {}, torch::kCPU), UsageError);  // already holds a run
+  TrainOptions overwrite;
+  overwrite.overwrite = true;
+  EXPECT_NO_THROW(train(c, overwrite, torch::kCPU));
+  Config other = c;
+  other.model.hidden_dim = 20;
+  EXPECT_THROW(train(other, resume, torch::kCPU), UsageError);  // different model
+}
+
+TEST(Train, TruncatedCheckpointGivesClearError) {
+  std::string dir = test::temp_dir("train_trunc");
+  Config c = tiny_config(dir);
+  c.train.max_steps = 2;
+  train(c, {}, torch::kCPU);
+  std::string data = test::read_file(dir + "/last.pt");
+  ASSERT_GT(data.size(), 100u);
+  test::write_file(dir + "/last.pt", data.substr(0, data.size() / 2));
+  Seq2Seq model(c.model, Vocab::load(dir + "/src.vocab").size(), Vocab::load(dir + "/tgt.vocab").size());
+  try {
+    load_checkpoint(dir + "/last.pt", model, nullptr);
+    FAIL() << "truncated checkpoint loaded";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot load checkpoint"), std::string::npos) << e.what();
+  }
+  // best.pt, written separately, still loads.
+  EXPECT_NO_THROW(load_checkpoint(dir + "/best.pt", model, nullptr));
+}
+
+TEST(Train, CliExitCodes) {
+  auto r = test::run_cli("train --config /nonexistent.json");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("/nonexistent.json"), std::string::npos) << r.output;
+  r = test::run_cli("train --config " + test::source_dir() + "/configs/bahdanau.json --set model.attention.type=bogus");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("model.attention.type"), std::string::npos) << r.output;
+  r = test::run_cli("train --bogus-flag");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = test::run_cli("--help");
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* sub : {"train", "evaluate", "translate", "attention", "bleu", "corpus", "compare", "bench"}) {
+    r = test::run_cli(std::string(sub) + " --help");
+    EXPECT_EQ(r.code, 0) << sub << ": " << r.output;
+  }
+}
