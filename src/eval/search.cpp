@@ -59,3 +59,138 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
 }
 
 }  // namespace attnmt
+
+namespace attnmt {
+
+double length_penalty(int64_t len, double alpha) {
+  if (alpha == 0) return 1.0;
+  return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
+}
+
+std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
+                                                 const torch::Device& device) {
+  torch::NoGradGuard ng;
+  TORCH_CHECK(opt.beam_size >= 1, "beam_search: beam_size must be >= 1");
+  const int64_t K = opt.beam_size;
+  const size_t nbest = static_cast<size_t>(std::max(1, std::min(opt.nbest, opt.beam_size)));
+  Batch batch = cpu_batch.to(device);
+  const int64_t B = batch.src.size(0);
+  auto lens = batch.src_len.accessor<int64_t, 1>();
+  std::vector<int64_t> limits(static_cast<size_t>(B));
+  int64_t max_steps = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[b]))) + 10;
+    max_steps = std::max(max_steps, limits[static_cast<size_t>(b)]);
+  }
+  const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  EncoderOutput enc = model->encode(batch.src, batch.src_len, batch.src_mask);
+  // Keys are projected once for the B sentences, then each row is repeated for its K beams.
+  torch::Tensor expand = torch::arange(B, long_opts).repeat_interleave(K);  // [B*K]
+  AttentionMemory mem = model->decoder->prepare(enc).index_select(expand);
+  DecoderState state = model->decoder->init_state(enc).index_select(expand);
+
+  // Host-side bookkeeping per row: tokens so far, attention rows so far.
+  std::vector<std::vector<int64_t>> toks(static_cast<size_t>(B * K));
+  std::vector<std::vector<std::vector<float>>> wts(static_cast<size_t>(B * K));
+  std::vector<double> scores(static_cast<size_t>(B * K), 0.0);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t k = 1; k < K; ++k) scores[static_cast<size_t>(b * K + k)] = -std::numeric_limits<double>::infinity();
+  std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(B));
+  std::vector<bool> done(static_cast<size_t>(B), false);
+  torch::Tensor y = torch::full({B * K}, Vocab::kBos, long_opts);
+
+  for (int64_t t = 0; t < max_steps; ++t) {
+    DecoderStepOutput s = model->decoder->step(y, state, mem);
+    torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [B*K, V]
+    const int64_t V = logp.size(1);
+    torch::Tensor base = torch::tensor(scores, torch::TensorOptions().dtype(torch::kFloat)).to(device).unsqueeze(1);
+    torch::Tensor cand = (base + logp).view({B, K * V});
+    const int64_t C = std::min<int64_t>(2 * K, K * V);
+    auto [top_v, top_i] = cand.topk(C, 1);
+    top_v = top_v.to(torch::kCPU);
+    top_i = top_i.to(torch::kCPU);
+    torch::Tensor w_cpu = (opt.keep_weights && s.weights.defined()) ? s.weights.to(torch::kCPU) : torch::Tensor();
+    auto tv = top_v.accessor<float, 2>();
+    auto ti = top_i.accessor<int64_t, 2>();
+
+    std::vector<int64_t> next_rows(static_cast<size_t>(B * K)), next_tok(static_cast<size_t>(B * K));
+    std::vector<std::vector<int64_t>> new_toks(static_cast<size_t>(B * K));
+    std::vector<std::vector<std::vector<float>>> new_wts(static_cast<size_t>(B * K));
+    std::vector<double> new_scores(static_cast<size_t>(B * K), -std::numeric_limits<double>::infinity());
+    for (int64_t b = 0; b < B; ++b) {
+      const size_t bi = static_cast<size_t>(b);
+      int64_t filled = 0;
+      if (!done[bi]) {
+        const bool at_limit = t + 1 >= limits[bi];
+        for (int64_t c = 0; c < C && filled < K; ++c) {
+          double sc = tv[b][c];
+          if (!std::isfinite(sc)) break;
+          int64_t row = b * K + ti[b][c] / V, tok = ti[b][c] % V;
+          auto row_weights = [&]() {
+            auto w = wts[static_cast<size_t>(row)];
+            if (w_cpu.defined()) {
+              auto r = w_cpu[row].slice(0, 0, lens[b]).contiguous();
+              w.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+            }
+            return w;
+          };
+          if (tok == Vocab::kEos || at_limit) {
+            Hypothesis h;
+            h.tokens = toks[static_cast<size_t>(row)];
+            if (tok != Vocab::kEos) h.tokens.push_back(tok);  // cut at the length limit
+            h.score = sc / length_penalty(static_cast<int64_t>(toks[static_cast<size_t>(row)].size()) + 1, opt.length_penalty);
+            h.weights = row_weights();
+            finished[bi].push_back(std::move(h));
+            continue;
+          }
+          size_t dst = static_cast<size_t>(b * K + filled);
+          next_rows[dst] = row;
+          next_tok[dst] = tok;
+          new_toks[dst] = toks[static_cast<size_t>(row)];
+          new_toks[dst].push_back(tok);
+          new_wts[dst] = row_weights();
+          new_scores[dst] = sc;
+          ++filled;
+        }
+        // Stop when nothing unfinished can still beat the best finished hypothesis.
+        if (!finished[bi].empty()) {
+          double best_done = -std::numeric_limits<double>::infinity();
+          for (const auto& h : finished[bi]) best_done = std::max(best_done, h.score);
+          double best_open = -std::numeric_limits<double>::infinity();
+          const double lp_max = length_penalty(limits[bi] + 1, opt.length_penalty);
+          for (int64_t k = 0; k < filled; ++k) {
+            double sc = new_scores[static_cast<size_t>(b * K + k)];
+            // log-probabilities only fall as a hypothesis grows; the penalty grows with length.
+            best_open = std::max(best_open, sc / (sc < 0 ? lp_max : 1.0));
+          }
+          if (best_done >= best_open && finished[bi].size() >= nbest) done[bi] = true;
+        }
+        if (at_limit || filled == 0) done[bi] = true;
+      }
+      for (int64_t k = filled; k < K; ++k) {  // idle rows keep a valid state
+        size_t dst = static_cast<size_t>(b * K + k);
+        next_rows[dst] = b * K;
+        next_tok[dst] = Vocab::kPad;
+      }
+      if (done[bi])
+        for (int64_t k = 0; k < K; ++k) new_scores[static_cast<size_t>(b * K + k)] = -std::numeric_limits<double>::infinity();
+    }
+    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
+    toks = std::move(new_toks);
+    wts = std::move(new_wts);
+    scores = std::move(new_scores);
+    torch::Tensor rows = torch::tensor(next_rows, torch::kLong).to(device);
+    state = state.index_select(rows);
+    y = torch::tensor(next_tok, torch::kLong).to(device);
+  }
+  std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    auto& f = finished[static_cast<size_t>(b)];
+    std::stable_sort(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& c) { return a.score > c.score; });
+    if (f.size() > nbest) f.resize(nbest);
+    out[static_cast<size_t>(b)] = std::move(f);
+  }
+  return out;
+}
+
+}  // namespace attnmt

@@ -1,4 +1,4 @@
-// Decoding: batched greedy search (beam search comes with the decoding issue).
+// Decoding: batched greedy and beam search.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -19,10 +19,24 @@ struct Hypothesis {
 struct SearchOptions {
   double max_len_ratio = 1.5;  // stop after max_len_ratio * src_len + 10 tokens
   bool keep_weights = false;   // record attention weights per step
+  int beam_size = 1;           // beam width (beam_search only)
+  double length_penalty = 1.0; // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-probability
+  int nbest = 1;               // hypotheses returned per sentence (beam_search only)
 };
+
+// GNMT length penalty ((5 + len) / 6)^alpha.
+double length_penalty(int64_t len, double alpha);
 
 // Greedy search over a batch (rows in batch order). Runs under NoGradGuard; the caller sets eval().
 std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& batch, const SearchOptions& opt,
                                       const torch::Device& device);
+
+// Beam search over a batch: batch x beam rows advance together. Returns up to nbest hypotheses per
+// sentence, best first by score / length_penalty(len) where len counts the tokens including <eos>.
+// A sentence stops only when no unfinished hypothesis can still beat its best finished one under the
+// penalty (the best an unfinished hypothesis can reach is its current log-probability divided by the
+// penalty at the length limit), or at the length limit.
+std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& batch, const SearchOptions& opt,
+                                                 const torch::Device& device);
 
 }  // namespace attnmt

@@ -6,8 +6,8 @@ namespace attnmt {
 
 AttentionMemory AttentionMemory::index_select(const torch::Tensor& rows) const {
   AttentionMemory m;
-  m.keys = keys.index_select(0, rows);
-  m.values = values.index_select(0, rows);
+  if (keys.defined()) m.keys = keys.index_select(0, rows);  // undefined for the attention-free model
+  if (values.defined()) m.values = values.index_select(0, rows);
   m.mask = mask.index_select(0, rows);
   return m;
 }

@@ -1,0 +1,222 @@
+#include "eval/evaluator.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "common/runtime.h"
+#include "data/batcher.h"
+#include "eval/alignment.h"
+#include "eval/bleu.h"
+#include "eval/chrf.h"
+#include "train/trainer.h"
+
+namespace attnmt {
+
+namespace fs = std::filesystem;
+
+LoadedRun load_run(const std::string& run_dir, const std::string& which, const std::string& device_spec) {
+  if (!fs::is_directory(run_dir)) throw UsageError(run_dir + ": run directory not found");
+  if (which != "best" && which != "last") throw UsageError("--checkpoint: unknown value '" + which + "'. Valid options: best, last");
+  for (const char* f : {"config.json", "src.vocab", "tgt.vocab"})
+    if (!fs::is_regular_file(run_dir + "/" + f)) throw UsageError(run_dir + ": missing " + f + " (not a training run?)");
+  LoadedRun r;
+  try {
+    r.cfg = config_from_json(read_json_file(run_dir + "/config.json"));
+  } catch (const UsageError& e) {
+    throw UsageError(run_dir + "/config.json: " + e.what());
+  }
+  r.src_vocab = Vocab::load(run_dir + "/src.vocab");
+  r.tgt_vocab = Vocab::load(run_dir + "/tgt.vocab");
+  r.kind = tokenizer_from_string(r.cfg.data.tokenizer);
+  r.device = resolve_device(device_spec.empty() ? r.cfg.device : device_spec);
+  r.model = Seq2Seq(r.cfg.model, r.src_vocab.size(), r.tgt_vocab.size());
+  r.checkpoint = run_dir + "/" + which + ".pt";
+  load_checkpoint(r.checkpoint, r.model, nullptr);
+  r.model->to(r.device);
+  r.model->eval();
+  return r;
+}
+
+std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
+                                         const SearchOptions& opt, int batch_size) {
+  std::vector<Translation> out(lines.size());
+  std::vector<std::vector<int64_t>> ids(lines.size());
+  std::vector<int64_t> order;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    out[i].src_tokens = tokenize(lines[i], run.kind, run.cfg.data.lowercase);
+    if (out[i].src_tokens.empty()) continue;
+    if (static_cast<int>(out[i].src_tokens.size()) > run.cfg.data.max_len)
+      spdlog::warn("line {}: {} tokens, longer than the training limit of {}; translating anyway", i + 1,
+                   out[i].src_tokens.size(), run.cfg.data.max_len);
+    ids[i] = run.src_vocab.encode(out[i].src_tokens);
+    order.push_back(static_cast<int64_t>(i));
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
+    return ids[static_cast<size_t>(a)].size() < ids[static_cast<size_t>(b)].size();
+  });
+  for (size_t start = 0; start < order.size(); start += static_cast<size_t>(batch_size)) {
+    std::vector<int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
+                             order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + static_cast<size_t>(batch_size))));
+    Batch b = make_src_batch(ids, idx);
+    std::vector<Hypothesis> hs;
+    if (opt.beam_size <= 1) {  // greedy
+      hs = greedy_search(run.model, b, opt, run.device);
+    } else {
+      for (auto& nb : beam_search(run.model, b, opt, run.device)) hs.push_back(nb.empty() ? Hypothesis{} : nb[0]);
+    }
+    for (size_t k = 0; k < idx.size(); ++k) {
+      Translation& t = out[static_cast<size_t>(idx[k])];
+      t.tgt_tokens = run.tgt_vocab.decode(hs[k].tokens);
+      t.text = detokenize(t.tgt_tokens, run.kind);
+      t.weights = std::move(hs[k].weights);
+      t.score = hs[k].score;
+    }
+  }
+  return out;
+}
+
+std::vector<BucketScore> make_buckets(const std::vector<int>& edges) {
+  std::vector<BucketScore> b;
+  int lo = 1;
+  for (int e : edges) {
+    b.push_back({lo, e, 0, 0.0});
+    lo = e + 1;
+  }
+  b.push_back({lo, -1, 0, 0.0});
+  return b;
+}
+
+std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, const std::vector<std::vector<std::string>>& src,
+                                                              const std::vector<std::vector<std::string>>& tgt,
+                                                              std::vector<torch::Tensor>* head_weights, double* ppl) {
+  TORCH_CHECK(src.size() == tgt.size(), "forced_attention: ", src.size(), " sources vs ", tgt.size(), " targets");
+  torch::NoGradGuard ng;
+  std::vector<std::vector<std::vector<float>>> out(src.size());
+  if (head_weights) head_weights->assign(src.size(), torch::Tensor());
+  std::vector<EncodedPair> data(src.size());
+  std::vector<int64_t> order;
+  for (size_t i = 0; i < src.size(); ++i) {
+    data[i] = {run.src_vocab.encode(src[i]), run.tgt_vocab.encode(tgt[i])};
+    if (!src[i].empty()) order.push_back(static_cast<int64_t>(i));
+  }
+  double loss = 0;
+  int64_t tokens = 0;
+  const size_t bs = static_cast<size_t>(run.cfg.eval.batch_size);
+  for (size_t start = 0; start < order.size(); start += bs) {
+    std::vector<int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
+                             order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + bs)));
+    Batch b = make_batch(data, idx);
+    Batch d = b.to(run.device);
+    Seq2SeqOutput o = run.model->forward(d.src, d.src_len, d.src_mask, d.tgt_in);
+    loss += sequence_loss(o.logits, d.tgt_out, 0.0).item<double>();
+    tokens += b.tgt_tokens;
+    if (!o.weights.defined()) continue;
+    torch::Tensor w = o.weights.to(torch::kCPU).contiguous();
+    torch::Tensor hw = o.head_weights.defined() ? o.head_weights.to(torch::kCPU) : torch::Tensor();
+    for (size_t k = 0; k < idx.size(); ++k) {
+      size_t i = static_cast<size_t>(idx[k]);
+      int64_t T = static_cast<int64_t>(tgt[i].size()), S = static_cast<int64_t>(src[i].size());
+      for (int64_t j = 0; j < T; ++j) {
+        auto row = w[static_cast<int64_t>(k)][j].slice(0, 0, S).contiguous();
+        out[i].emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + S);
+      }
+      if (head_weights && hw.defined())
+        (*head_weights)[i] = hw[static_cast<int64_t>(k)].slice(1, 0, T).slice(2, 0, S).clone();  // [h, T, S]
+    }
+  }
+  if (ppl) *ppl = tokens ? std::exp(std::min(100.0, loss / static_cast<double>(tokens))) : 0.0;
+  return out;
+}
+
+EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& srcs, const std::vector<std::string>& refs,
+                              const std::vector<Alignment>* aligns, const SearchOptions& opt,
+                              std::vector<std::string>* hyps_out) {
+  if (srcs.size() != refs.size())
+    throw UsageError("source has " + std::to_string(srcs.size()) + " lines, reference has " + std::to_string(refs.size()));
+  EvalResult r;
+  r.beam_size = opt.beam_size;
+  r.sentences = static_cast<int64_t>(srcs.size());
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<Translation> tr = translate_lines(run, srcs, opt, run.cfg.eval.batch_size);
+  r.decode_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.sentences_per_s = r.decode_s > 0 ? static_cast<double>(r.sentences) / r.decode_s : 0.0;
+  std::vector<std::string> hyps(tr.size()), refs_cmp(refs.size());
+  for (size_t i = 0; i < tr.size(); ++i) {
+    hyps[i] = tr[i].text;
+    refs_cmp[i] = run.cfg.data.lowercase ? to_lower_utf8(refs[i]) : refs[i];
+  }
+  BleuScore bleu = corpus_bleu(hyps, {refs_cmp});
+  r.bleu = bleu.score;
+  r.signature = bleu.signature;
+  r.bleu_line = bleu.format();
+  ChrfScore chrf = corpus_chrf(hyps, {refs_cmp});
+  r.chrf = chrf.score;
+  r.chrf_signature = chrf.signature;
+  r.by_length = make_buckets(run.cfg.eval.buckets);
+  std::vector<std::vector<size_t>> members(r.by_length.size());
+  for (size_t i = 0; i < tr.size(); ++i) {
+    int len = static_cast<int>(tr[i].src_tokens.size());
+    for (size_t k = 0; k < r.by_length.size(); ++k)
+      if (len <= r.by_length[k].max || r.by_length[k].max < 0) {
+        members[k].push_back(i);
+        break;
+      }
+  }
+  for (size_t k = 0; k < r.by_length.size(); ++k) {
+    std::vector<std::string> h, f;
+    for (size_t i : members[k]) {
+      h.push_back(hyps[i]);
+      f.push_back(refs_cmp[i]);
+    }
+    r.by_length[k].count = static_cast<int64_t>(h.size());
+    r.by_length[k].bleu = h.empty() ? 0.0 : corpus_bleu(h, {f}).score;
+  }
+  if (r.by_length.back().count == 0) r.by_length.pop_back();  // the open-ended bucket only when used
+
+  std::vector<std::vector<std::string>> src_tok(srcs.size()), ref_tok(refs.size());
+  for (size_t i = 0; i < srcs.size(); ++i) {
+    src_tok[i] = tr[i].src_tokens;
+    ref_tok[i] = tokenize(refs[i], run.kind, run.cfg.data.lowercase);
+  }
+  double ppl = 0;
+  auto forced = forced_attention(run, src_tok, ref_tok, nullptr, &ppl);
+  r.ppl = ppl;
+  if (aligns && run.model->decoder->has_attention()) {
+    if (aligns->size() != srcs.size())
+      throw UsageError("alignments have " + std::to_string(aligns->size()) + " lines, the test set has " +
+                       std::to_string(srcs.size()));
+    AerCounts total;
+    double ent = 0;
+    int64_t rows = 0;
+    for (size_t i = 0; i < forced.size(); ++i) {
+      total.add(aer_counts(hard_alignment(forced[i]), (*aligns)[i]));
+      ent += mean_entropy(forced[i]) * static_cast<double>(forced[i].size());
+      rows += static_cast<int64_t>(forced[i].size());
+    }
+    r.aer = total.aer();
+    r.attention_entropy = rows ? ent / static_cast<double>(rows) : 0.0;
+  }
+  if (hyps_out) *hyps_out = std::move(hyps);
+  return r;
+}
+
+nlohmann::json EvalResult::to_json() const {
+  nlohmann::json j = {{"bleu", bleu},       {"chrf", chrf},           {"signature", signature},
+                      {"chrf_signature", chrf_signature},           {"beam_size", beam_size},
+                      {"sentences", sentences}, {"decode_s", decode_s}, {"sentences_per_s", sentences_per_s}};
+  j["by_length"] = nlohmann::json::array();
+  for (const auto& b : by_length)
+    j["by_length"].push_back({{"min", b.min}, {"max", b.max < 0 ? nlohmann::json(nullptr) : nlohmann::json(b.max)},
+                              {"count", b.count}, {"bleu", b.bleu}});
+  if (ppl) j["ppl"] = *ppl;
+  if (aer) j["aer"] = *aer;
+  if (attention_entropy) j["attention_entropy"] = *attention_entropy;
+  return j;
+}
+
+}  // namespace attnmt

@@ -1,0 +1,80 @@
+// Loading a trained run, translating sentences, and evaluating a test set: BLEU, chrF, BLEU by
+// source length, decoding speed, and (with gold alignments) AER and attention entropy.
+#pragma once
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "common/config.h"
+#include "data/corpus.h"
+#include "data/text.h"
+#include "data/vocab.h"
+#include "eval/search.h"
+#include "model/seq2seq.h"
+
+namespace attnmt {
+
+struct LoadedRun {
+  Config cfg;
+  Vocab src_vocab, tgt_vocab;
+  Seq2Seq model{nullptr};
+  torch::Device device = torch::kCPU;
+  TokenizerKind kind = TokenizerKind::k13a;
+  std::string checkpoint;  // path loaded
+};
+
+// Reads run_dir/config.json, the vocabularies and best.pt or last.pt; throws UsageError on anything
+// missing or inconsistent. device_spec empty = the run's config.
+LoadedRun load_run(const std::string& run_dir, const std::string& which = "best", const std::string& device_spec = "");
+
+struct Translation {
+  std::vector<std::string> src_tokens;
+  std::vector<std::string> tgt_tokens;
+  std::string text;                          // detokenized
+  std::vector<std::vector<float>> weights;   // [tgt_len + 1][src_len] when asked
+  double score = 0;
+};
+
+// Translates raw lines (tokenized with the run's tokenizer). Empty lines give empty translations.
+// Decodes in length-sorted batches of batch_size; beam_size 1 uses greedy search.
+std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
+                                         const SearchOptions& opt, int batch_size);
+
+struct BucketScore {
+  int min = 0, max = 0;  // source length range in tokens (max = -1: no upper bound)
+  int64_t count = 0;
+  double bleu = 0;
+};
+
+struct EvalResult {
+  double bleu = 0, chrf = 0;
+  std::string signature, chrf_signature, bleu_line;
+  int beam_size = 1;
+  int64_t sentences = 0;
+  double decode_s = 0, sentences_per_s = 0;
+  std::vector<BucketScore> by_length;
+  std::optional<double> aer, attention_entropy;  // with gold alignments and an attention model
+  std::optional<double> ppl;                     // teacher-forced perplexity on the references
+  nlohmann::json to_json() const;
+};
+
+// Source-length buckets from the upper edges: [1, e0], [e0+1, e1], ..., [e_last+1, inf).
+std::vector<BucketScore> make_buckets(const std::vector<int>& edges);
+
+// Translates srcs, scores against refs; with aligns (one per sentence), also AER/entropy by forcing
+// the reference through the model.
+EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& srcs,
+                              const std::vector<std::string>& refs, const std::vector<Alignment>* aligns,
+                              const SearchOptions& opt, std::vector<std::string>* hyps_out = nullptr);
+
+// Attention weights of the model while it is forced along the reference: [tgt_len][src_len] per
+// sentence (the <eos> step is left out). Empty rows for the attention-free model.
+std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, const std::vector<std::vector<std::string>>& src,
+                                                              const std::vector<std::vector<std::string>>& tgt,
+                                                              std::vector<torch::Tensor>* head_weights = nullptr,
+                                                              double* ppl = nullptr);
+
+}  // namespace attnmt

@@ -1,0 +1,224 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "data/batcher.h"
+#include "data/toy_corpus.h"
+#include "eval/alignment.h"
+#include "eval/chrf.h"
+#include "eval/evaluator.h"
+#include "eval/search.h"
+#include "support.h"
+#include "train/trainer.h"
+
+using namespace attnmt;
+
+namespace {
+
+Seq2Seq random_model(const std::string& type) {
+  ModelConfig m;
+  m.embed_dim = 8;
+  m.hidden_dim = 16;
+  m.dropout = 0.0;
+  m.attention.type = type;
+  torch::manual_seed(11);
+  Seq2Seq model(m, 30, 30);
+  model->eval();
+  return model;
+}
+
+std::vector<std::vector<int64_t>> some_sources() {
+  return {{5, 6, 7, 8, 9}, {10, 11}, {12, 13, 14, 15, 16, 17, 18}, {19, 20, 21}};
+}
+
+// A trained tiny run shared by the CLI tests (trained once per test binary run).
+const std::string& tiny_run() {
+  static std::string dir = [] {
+    std::string corpus = test::temp_dir("eval_corpus");
+    ToyCorpusOptions o;
+    o.train = 64;
+    o.valid = 8;
+    o.test = 12;
+    o.max_len = 20;
+    write_toy_corpus(corpus, o);
+    Config c;
+    c.run_dir = test::temp_dir("eval_run");
+    c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
+    c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
+    c.data.test = {corpus + "/test.en", corpus + "/test.fr", "", corpus + "/test.align"};
+    c.data.tokenizer = "space";
+    c.model.embed_dim = 8;
+    c.model.hidden_dim = 16;
+    c.train.epochs = 1;
+    c.train.batch_size = 16;
+    c.eval.beam_size = 3;
+    c.eval.buckets = {5, 10, 15};
+    validate(c);
+    train(c, {}, torch::kCPU);
+    return c.run_dir;
+  }();
+  return dir;
+}
+
+}  // namespace
+
+TEST(Search, BeamOneEqualsGreedyWithoutPenalty) {
+  for (const char* type : {"bahdanau", "luong", "none"}) {
+    Seq2Seq model = random_model(type);
+    auto srcs = some_sources();
+    Batch b = make_src_batch(srcs, {0, 1, 2, 3});
+    SearchOptions so;
+    so.beam_size = 1;
+    so.length_penalty = 0.0;
+    auto g = greedy_search(model, b, so, torch::kCPU);
+    auto bs = beam_search(model, b, so, torch::kCPU);
+    ASSERT_EQ(g.size(), 4u);
+    ASSERT_EQ(bs.size(), 4u);
+    for (size_t i = 0; i < g.size(); ++i) {
+      ASSERT_EQ(bs[i].size(), 1u);
+      EXPECT_EQ(bs[i][0].tokens, g[i].tokens) << type << " sentence " << i;
+      EXPECT_NEAR(bs[i][0].score, g[i].score, 1e-3) << type;
+    }
+  }
+}
+
+TEST(Search, BatchedEqualsOneAtATime) {
+  Seq2Seq model = random_model("bahdanau");
+  auto srcs = some_sources();
+  SearchOptions so;
+  so.beam_size = 4;
+  so.nbest = 2;
+  auto together = beam_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU);
+  ASSERT_EQ(together.size(), 4u);
+  for (int64_t i = 0; i < 4; ++i) {
+    auto alone = beam_search(model, make_src_batch(srcs, {i}), so, torch::kCPU);
+    ASSERT_EQ(alone.size(), 1u);
+    ASSERT_EQ(alone[0].size(), together[static_cast<size_t>(i)].size());
+    for (size_t k = 0; k < alone[0].size(); ++k) EXPECT_EQ(alone[0][k].tokens, together[static_cast<size_t>(i)][k].tokens);
+  }
+  auto g_all = greedy_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU);
+  auto g_one = greedy_search(model, make_src_batch(srcs, {2}), so, torch::kCPU);
+  ASSERT_EQ(g_all.size(), 4u);
+  ASSERT_EQ(g_one.size(), 1u);
+  EXPECT_EQ(g_all[2].tokens, g_one[0].tokens);
+}
+
+TEST(Search, BeamResultsSortedByPenalizedScoreWithinLimits) {
+  Seq2Seq model = random_model("luong");
+  auto srcs = some_sources();
+  SearchOptions so;
+  so.beam_size = 5;
+  so.nbest = 5;
+  so.length_penalty = 1.0;
+  auto res = beam_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU);
+  ASSERT_EQ(res.size(), 4u);
+  for (size_t i = 0; i < res.size(); ++i) {
+    ASSERT_FALSE(res[i].empty());
+    for (size_t k = 1; k < res[i].size(); ++k) EXPECT_GE(res[i][k - 1].score, res[i][k].score);
+    for (const auto& h : res[i])
+      EXPECT_LE(h.tokens.size(), static_cast<size_t>(std::floor(1.5 * static_cast<double>(srcs[i].size()))) + 10);
+  }
+  EXPECT_NEAR(length_penalty(7, 1.0), 2.0, 1e-12);  // (5 + 7) / 6
+  EXPECT_EQ(length_penalty(7, 0.0), 1.0);
+}
+
+TEST(Chrf, HandCases) {
+  EXPECT_NEAR(corpus_chrf({"the cat"}, {{"the cat"}}).score, 100.0, 1e-9);
+  EXPECT_EQ(corpus_chrf({"xyz"}, {{"abc"}}).score, 0.0);
+  // hyp "ab", ref "abc": order 1: P = 2/2, R = 2/3; order 2: P = 1/1, R = 1/2; order 3 has no hypothesis
+  // n-grams and is skipped. avgP = 1, avgR = 7/12; F2 = 5 * 1 * 7/12 / (4 + 7/12) = 35/55.
+  EXPECT_NEAR(corpus_chrf({"ab"}, {{"abc"}}).score, 100.0 * 35.0 / 55.0, 1e-9);
+  // Whitespace is removed: "a b" scores as "ab".
+  EXPECT_NEAR(corpus_chrf({"a b"}, {{"abc"}}).score, 100.0 * 35.0 / 55.0, 1e-9);
+  // Characters are code points: "é" is one character, so "é" vs "éa" is the same case as "a" vs "ab":
+  // order 1: P = 1, R = 1/2; F2 = 5 * 0.5 / (4 + 0.5) = 2.5 / 4.5.
+  EXPECT_NEAR(corpus_chrf({"é"}, {{"éa"}}).score, 100.0 * 2.5 / 4.5, 1e-9);
+  // Two references: the better one per sentence counts.
+  EXPECT_NEAR(corpus_chrf({"ab"}, {{"zzz"}, {"abc"}}).score, 100.0 * 35.0 / 55.0, 1e-9);
+}
+
+TEST(Alignment, AerHandCases) {
+  Alignment gold = {{0, 0}, {1, 2}, {2, 1}};
+  EXPECT_EQ(aer_counts(gold, gold).aer(), 0.0);
+  EXPECT_EQ(aer_counts({{0, 1}, {1, 0}}, gold).aer(), 1.0);
+  // A = {0-0, 1-1}, G as above: |A n G| = 1, 1 - 2*1/(2+3) = 0.6
+  EXPECT_NEAR(aer_counts({{0, 0}, {1, 1}}, gold).aer(), 0.6, 1e-12);
+  std::vector<std::vector<float>> w = {{0.7f, 0.2f, 0.1f}, {0.1f, 0.1f, 0.8f}, {0.2f, 0.5f, 0.3f}};
+  Alignment h = hard_alignment(w);
+  ASSERT_EQ(h.size(), 3u);
+  EXPECT_EQ(h[1], std::make_pair(2, 1));
+  EXPECT_EQ(aer_counts(h, gold).aer(), 0.0);
+  EXPECT_NEAR(mean_entropy({{0.5f, 0.5f}}), std::log(2.0), 1e-6);
+}
+
+TEST(Evaluate, BucketsFromEdges) {
+  auto b = make_buckets({10, 20});
+  ASSERT_EQ(b.size(), 3u);
+  EXPECT_EQ(b[0].min, 1);
+  EXPECT_EQ(b[0].max, 10);
+  EXPECT_EQ(b[1].min, 11);
+  EXPECT_EQ(b[2].max, -1);
+}
+
+TEST(Evaluate, CliWritesHypothesesAndJson) {
+  const std::string& run = tiny_run();
+  auto r = test::run_cli("evaluate --run " + run);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("BLEU|nrefs:1"), std::string::npos) << r.output;
+  auto j = nlohmann::json::parse(test::read_file(run + "/eval/test.json"));
+  for (const char* k : {"bleu", "chrf", "signature", "beam_size", "sentences", "decode_s", "sentences_per_s", "by_length", "aer"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["sentences"], 12);
+  EXPECT_EQ(j["beam_size"], 3);
+  int64_t total = 0;
+  for (const auto& b : j["by_length"]) total += b["count"].get<int64_t>();
+  EXPECT_EQ(total, 12);
+  std::string hyp = test::read_file(run + "/eval/test.hyp");
+  EXPECT_EQ(std::count(hyp.begin(), hyp.end(), '\n'), 12);
+  r = test::run_cli("evaluate --run " + run + " --beam 0");
+  EXPECT_EQ(r.code, 2) << r.output;
+  r = test::run_cli("evaluate --run /nonexistent/run");
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
+TEST(Translate, StdinEmptyLinesAndFiles) {
+  const std::string& run = tiny_run();
+  std::string dir = test::temp_dir("translate");
+  test::write_file(dir + "/in.txt", "the cat sleeps .\n\nthe dog sees the black cat .\n");
+  auto r = test::run_cli("translate --run " + run + " --beam 2 --log-level error", dir + "/in.txt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<std::string> lines;
+  std::istringstream in(r.output);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 3u) << r.output;
+  EXPECT_EQ(lines[1], "");   // empty in -> empty out
+  EXPECT_FALSE(lines[0].empty());
+  r = test::run_cli("translate --run " + run + " --input " + dir + "/in.txt --output " + dir + "/out.txt");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::string out = test::read_file(dir + "/out.txt");
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 3);
+  test::write_file(dir + "/bad.txt", "ok\n\xff\xfe\n");
+  r = test::run_cli("translate --run " + run + " --input " + dir + "/bad.txt --output " + dir + "/bad_out.txt");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/bad_out.txt"));  // no half-written output
+}
+
+TEST(BleuCli, FormatsJsonAndErrors) {
+  std::string dir = test::temp_dir("bleu_cli");
+  test::write_file(dir + "/h", "a b c d\n");
+  test::write_file(dir + "/r", "a b x d e\n");
+  test::write_file(dir + "/r2", "a\nb\n");
+  auto r = test::run_cli("bleu --hyp " + dir + "/h --ref " + dir + "/r --log-level error");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("= 27.53 75.0/33.3/25.0/25.0"), std::string::npos) << r.output;
+  r = test::run_cli("bleu --hyp " + dir + "/h --ref " + dir + "/r --json --metrics bleu,chrf --log-level error");
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto j = nlohmann::json::parse(r.output);
+  EXPECT_NEAR(j["score"].get<double>(), 27.534, 1e-3);
+  EXPECT_EQ(j["precisions"].size(), 4u);
+  EXPECT_TRUE(j.contains("chrf"));
+  r = test::run_cli("bleu --hyp " + dir + "/h --ref " + dir + "/r2");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("1 lines"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has 2"), std::string::npos) << r.output;
+}
