@@ -1,12 +1,154 @@
-// attnmt attention
+// attnmt attention --run DIR --src FILE [--ref FILE] [--align FILE] --out OUTDIR [--limit N] [--beam K]
+//                  [--format json,csv,svg,html]
+#include <spdlog/spdlog.h>
+
 #include "commands.h"
 #include "common/errors.h"
+#include "common/fs.h"
+#include "eval/alignment.h"
+#include "eval/evaluator.h"
+#include "viz/attention_maps.h"
 
 namespace attnmt::cli {
 
 Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
-  auto* app = parent.add_subcommand("attention", "attention (not available yet)");
-  return {app, []() -> int { throw Error("'attention' is not implemented yet"); }};
+  struct Options {
+    std::string run, src, ref, align, out;  // run dir, inputs, output dir
+    int limit = 0;                          // first N sentences (0 = all)
+    int beam = 1;                           // beam for decoding (without --ref)
+    std::string formats = "json,csv,svg,html";
+    std::string checkpoint = "best";
+  };
+  auto opt = std::make_shared<Options>();
+  auto* app = parent.add_subcommand("attention", "Write attention maps (JSON, CSV, SVG, HTML gallery) for source sentences");
+  app->add_option("--run,-r", opt->run, "Run directory")->required();
+  app->add_option("--src", opt->src, "Source sentences, one per line")->required();
+  app->add_option("--ref", opt->ref, "Reference translations: force-decode them so maps follow the gold target");
+  app->add_option("--align", opt->align, "Gold alignments (Pharaoh, source-reference) to overlay; needs --ref");
+  app->add_option("--out,-o", opt->out, "Output directory")->required();
+  app->add_option("--limit", opt->limit, "Only the first N sentences (0 = all)")->check(CLI::NonNegativeNumber);
+  app->add_option("--beam", opt->beam, "Beam size when decoding (without --ref)")->capture_default_str()->check(CLI::Range(1, 100));
+  app->add_option("--format", opt->formats, "Comma-separated: json, csv, svg, html")->capture_default_str();
+  app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));
+  return {app, [opt, &g]() -> int {
+            std::vector<std::string> formats;
+            {
+              std::string f = opt->formats;
+              std::replace(f.begin(), f.end(), ',', ' ');
+              for (const auto& x : split_whitespace(f)) {
+                if (x != "json" && x != "csv" && x != "svg" && x != "html")
+                  throw UsageError("--format: unknown format '" + x + "'. Valid options: json, csv, svg, html");
+                formats.push_back(x);
+              }
+              if (formats.empty()) throw UsageError("--format: name at least one format");
+            }
+            auto has = [&](const char* f) { return std::find(formats.begin(), formats.end(), f) != formats.end(); };
+            if (!opt->align.empty() && opt->ref.empty())
+              throw UsageError("--align needs --ref: gold alignments refer to the reference tokens");
+            LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
+            if (!run.model->decoder->has_attention())
+              throw UsageError(opt->run + ": attention type 'none' has no attention weights to draw: its decoder sees one fixed "
+                               "context vector (the encoder's final state) at every step");
+            std::vector<std::string> srcs = read_lines(opt->src);
+            std::vector<std::string> refs;
+            if (!opt->ref.empty()) {
+              refs = read_lines(opt->ref);
+              if (refs.size() != srcs.size())
+                throw UsageError("line counts differ: " + opt->src + " has " + std::to_string(srcs.size()) + " lines, " +
+                                 opt->ref + " has " + std::to_string(refs.size()));
+            }
+            size_t n = srcs.size();
+            if (opt->limit > 0) n = std::min(n, static_cast<size_t>(opt->limit));
+            srcs.resize(n);
+            if (!refs.empty()) refs.resize(n);
+            std::vector<std::vector<std::string>> src_tok(n), tgt_tok(n);
+            std::vector<std::string> tgt_text(n);
+            for (size_t i = 0; i < n; ++i) src_tok[i] = tokenize(srcs[i], run.kind, run.cfg.data.lowercase);
+            if (!refs.empty()) {
+              for (size_t i = 0; i < n; ++i) {
+                tgt_tok[i] = tokenize(refs[i], run.kind, run.cfg.data.lowercase);
+                tgt_text[i] = refs[i];
+              }
+            } else {
+              SearchOptions so;
+              so.beam_size = opt->beam;
+              so.length_penalty = run.cfg.eval.length_penalty;
+              so.max_len_ratio = run.cfg.eval.max_len_ratio;
+              auto tr = translate_lines(run, srcs, so, run.cfg.eval.batch_size);
+              for (size_t i = 0; i < n; ++i) {
+                tgt_tok[i] = tr[i].tgt_tokens;
+                tgt_text[i] = tr[i].text;
+              }
+            }
+            std::vector<Alignment> aligns;
+            if (!opt->align.empty()) {
+              std::vector<size_t> sl, tl;
+              for (size_t i = 0; i < n; ++i) {
+                sl.push_back(src_tok[i].size());
+                tl.push_back(tgt_tok[i].size());
+              }
+              aligns = read_alignments(opt->align, nullptr, nullptr);
+              if (aligns.size() < n)
+                throw UsageError(opt->align + ": has " + std::to_string(aligns.size()) + " lines, need " + std::to_string(n));
+              aligns.resize(n);
+              for (size_t i = 0; i < n; ++i)
+                for (auto [s, t] : aligns[i])
+                  if (static_cast<size_t>(s) >= sl[i] || static_cast<size_t>(t) >= tl[i])
+                    throw UsageError(opt->align + ":" + std::to_string(i + 1) + ": alignment " + std::to_string(s) + "-" +
+                                     std::to_string(t) + " out of range for " + std::to_string(sl[i]) + " source and " +
+                                     std::to_string(tl[i]) + " target tokens");
+            }
+            // Maps come from forcing the chosen target through the model: the same computation as decoding.
+            std::vector<torch::Tensor> heads;
+            auto weights = forced_attention(run, src_tok, tgt_tok, &heads);
+            make_dirs(opt->out);
+            std::vector<std::pair<std::string, AttentionMap>> entries;
+            AerCounts total;
+            for (size_t i = 0; i < n; ++i) {
+              AttentionMap m;
+              m.src_tokens = src_tok[i];
+              m.tgt_tokens = tgt_tok[i];
+              m.weights = weights[i];
+              m.source_text = srcs[i];
+              m.target_text = tgt_text[i];
+              if (heads[i].defined() && heads[i].size(0) > 1) {
+                auto h = heads[i].contiguous();
+                for (int64_t k = 0; k < h.size(0); ++k) {
+                  std::vector<std::vector<float>> rows;
+                  for (int64_t j = 0; j < h.size(1); ++j) {
+                    auto r = h[k][j].contiguous();
+                    rows.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+                  }
+                  m.heads.push_back(std::move(rows));
+                }
+              }
+              if (!aligns.empty()) {
+                m.gold = aligns[i];
+                AerCounts c = aer_counts(hard_alignment(m.weights), aligns[i]);
+                total.add(c);
+                m.aer = c.aer();
+              }
+              char stem[16];
+              std::snprintf(stem, sizeof(stem), "%04zu", i + 1);
+              if (m.src_tokens.empty() || m.tgt_tokens.empty()) {
+                spdlog::warn("sentence {}: empty source or target, no map", i + 1);
+                continue;
+              }
+              std::string base = opt->out + "/" + stem;
+              if (has("json")) write_file_atomic(base + ".json", attention_json(m));
+              if (has("csv")) write_file_atomic(base + ".csv", attention_csv(m));
+              if (has("svg")) write_file_atomic(base + ".svg", attention_svg(m));
+              entries.emplace_back(stem, std::move(m));
+            }
+            std::optional<double> corpus_aer;
+            if (!aligns.empty()) corpus_aer = total.aer();
+            if (has("html"))
+              write_file_atomic(opt->out + "/index.html",
+                                attention_gallery_html(entries, "attnmt attention maps: " + opt->run, formats, corpus_aer));
+            spdlog::info("wrote {} attention maps to {}{}", entries.size(), opt->out, has("html") ? " (open index.html)" : "");
+            if (corpus_aer) spdlog::info("AER of the argmax alignments: {:.3f}", *corpus_aer);
+            return 0;
+          }};
 }
 
 }  // namespace attnmt::cli

@@ -222,3 +222,60 @@ TEST(BleuCli, FormatsJsonAndErrors) {
   EXPECT_NE(r.output.find("1 lines"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("has 2"), std::string::npos) << r.output;
 }
+
+TEST(AttentionCli, WritesMapsGalleryAndAer) {
+  const std::string& run = tiny_run();
+  auto cfg = nlohmann::json::parse(test::read_file(run + "/config.json"));
+  std::string src = cfg["data"]["test"]["src"], ref = cfg["data"]["test"]["tgt"], align = cfg["data"]["test"]["align"];
+  std::string out = test::temp_dir("maps");
+  auto r = test::run_cli("attention --run " + run + " --src " + src + " --ref " + ref + " --align " + align + " --out " + out +
+                         " --limit 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* f : {"0001.json", "0001.csv", "0001.svg", "0003.svg", "index.html"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  EXPECT_FALSE(std::filesystem::exists(out + "/0004.svg"));
+  auto j = nlohmann::json::parse(test::read_file(out + "/0001.json"));
+  std::istringstream refs(test::read_file(ref));
+  std::string first_ref;
+  std::getline(refs, first_ref);
+  ASSERT_EQ(j["tgt_tokens"].size(), std::count(first_ref.begin(), first_ref.end(), ' ') + 1u);  // follows the reference
+  ASSERT_EQ(j["weights"].size(), j["tgt_tokens"].size());
+  for (const auto& row : j["weights"]) {
+    ASSERT_EQ(row.size(), j["src_tokens"].size());
+    double s = 0;
+    for (const auto& v : row) s += v.get<double>();
+    EXPECT_NEAR(s, 1.0, 1e-4);
+  }
+  EXPECT_TRUE(j.contains("aer"));
+  EXPECT_NE(test::read_file(out + "/index.html").find("AER"), std::string::npos);
+  r = test::run_cli("attention --run " + run + " --src " + src + " --out " + out + " --align " + align);
+  EXPECT_EQ(r.code, 2) << r.output;  // --align without --ref
+  r = test::run_cli("attention --run " + run + " --src " + src + " --out " + out + " --format png");
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
+TEST(AttentionCli, NoneModelSaysThereAreNoWeights) {
+  std::string corpus = test::temp_dir("none_corpus");
+  ToyCorpusOptions o;
+  o.train = 32;
+  o.valid = 6;
+  o.test = 6;
+  o.max_len = 12;
+  write_toy_corpus(corpus, o);
+  Config c;
+  c.run_dir = test::temp_dir("none_run");
+  c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
+  c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
+  c.data.tokenizer = "space";
+  c.model.embed_dim = 8;
+  c.model.hidden_dim = 8;
+  c.model.attention.type = "none";
+  c.train.epochs = 1;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  std::string out = test::temp_dir("none_maps") + "/maps";
+  auto r = test::run_cli("attention --run " + c.run_dir + " --src " + corpus + "/test.en --out " + out);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no attention weights"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(out));  // nothing misleading written
+}

@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "common/fs.h"
 #include "common/runtime.h"
 #include "data/batcher.h"
 #include "eval/alignment.h"
@@ -217,6 +218,47 @@ nlohmann::json EvalResult::to_json() const {
   if (aer) j["aer"] = *aer;
   if (attention_entropy) j["attention_entropy"] = *attention_entropy;
   return j;
+}
+
+EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRequest& req) {
+  std::string src = req.src, ref = req.ref, align = req.align;
+  const std::string name = req.src.empty() ? req.split : "custom";
+  if (src.empty()) {
+    if (req.split != "test" && req.split != "valid") throw UsageError("--split: unknown value '" + req.split + "'. Valid options: test, valid");
+    const SplitConfig& s = req.split == "test" ? run.cfg.data.test : run.cfg.data.valid;
+    if (!s.tsv.empty()) throw UsageError("data." + req.split + ".tsv: evaluation reads src/tgt files; pass --src and --ref");
+    if (s.src.empty()) throw UsageError("data." + req.split + ": the run's config names no files; pass --src and --ref");
+    src = s.src;
+    ref = s.tgt;
+    if (align.empty()) align = s.align;
+  }
+  std::vector<std::string> srcs = read_lines(src), refs = read_lines(ref);
+  if (srcs.size() != refs.size())
+    throw UsageError("line counts differ: " + src + " has " + std::to_string(srcs.size()) + " lines, " + ref + " has " +
+                     std::to_string(refs.size()));
+  std::vector<Alignment> aligns;
+  if (!align.empty()) {
+    std::vector<size_t> sl, tl;
+    for (size_t i = 0; i < srcs.size(); ++i) {
+      sl.push_back(tokenize(srcs[i], run.kind, run.cfg.data.lowercase).size());
+      tl.push_back(tokenize(refs[i], run.kind, run.cfg.data.lowercase).size());
+    }
+    aligns = read_alignments(align, &sl, &tl);
+  }
+  SearchOptions so;
+  so.beam_size = req.beam > 0 ? req.beam : run.cfg.eval.beam_size;
+  so.length_penalty = run.cfg.eval.length_penalty;
+  so.max_len_ratio = run.cfg.eval.max_len_ratio;
+  std::vector<std::string> hyps;
+  EvalResult r = evaluate_sentences(run, srcs, refs, align.empty() ? nullptr : &aligns, so, &hyps);
+  const std::string dir = run_dir + "/eval";
+  make_dirs(dir);
+  std::string text;
+  for (const auto& h : hyps) text += h + "\n";
+  write_file_atomic(dir + "/" + name + ".hyp", text);
+  write_file_atomic(dir + "/" + name + ".json", r.to_json().dump(2) + "\n");
+  spdlog::info("wrote {}/{}.hyp and {}/{}.json", dir, name, dir, name);
+  return r;
 }
 
 }  // namespace attnmt

@@ -77,4 +77,14 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
                                                               std::vector<torch::Tensor>* head_weights = nullptr,
                                                               double* ppl = nullptr);
 
+struct EvalRequest {
+  std::string split = "test";   // test | valid: files from the run's config
+  std::string src, ref, align;  // explicit files instead (align may be given with a split too)
+  int beam = 0;                 // 0 = the config's eval.beam_size
+};
+
+// Decodes the requested files with a loaded run, writes run_dir/eval/<name>.hyp and <name>.json
+// (name = split, or "custom" for explicit files) and returns the result.
+EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRequest& req);
+
 }  // namespace attnmt

@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
@@ -17,6 +18,7 @@
 #include "data/text.h"
 #include "eval/bleu.h"
 #include "eval/search.h"
+#include "viz/charts.h"
 
 namespace attnmt {
 
@@ -81,6 +83,30 @@ void append_line(const std::string& path, const std::string& line) {
   size_t w = std::fwrite(l.data(), 1, l.size(), f);
   int rc = std::fclose(f);
   if (w != l.size() || rc != 0) throw Error(path + ": write failed (disk full?)");
+}
+
+// Redraws run_dir/curves.svg from metrics.jsonl: loss, perplexity and BLEU against steps.
+void write_curves(const std::string& dir) {
+  std::ifstream in(dir + "/metrics.jsonl");
+  Series train_loss{"train loss", {}, {}}, valid_loss{"valid loss", {}, {}}, ppl{"valid perplexity", {}, {}},
+      bleu{"valid BLEU", {}, {}};
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded() || !j.contains("step")) continue;
+    double step = j["step"].get<double>();
+    train_loss.x.push_back(step);
+    train_loss.y.push_back(j.value("train_loss", 0.0));
+    valid_loss.x.push_back(step);
+    valid_loss.y.push_back(j.value("valid_loss", 0.0));
+    ppl.x.push_back(step);
+    ppl.y.push_back(j.value("valid_ppl", 0.0));
+    bleu.x.push_back(step);
+    bleu.y.push_back(j.value("valid_bleu", 0.0));
+  }
+  std::vector<ChartSpec> charts = {{"Loss per target token", "step", "cross-entropy (nats)", {train_loss, valid_loss}, {}},
+                                   {"Validation perplexity", "step", "perplexity", {ppl}, {}},
+                                   {"Validation BLEU (greedy)", "step", "BLEU", {bleu}, {}}};
+  write_file_atomic(dir + "/curves.svg", chart_row_svg(charts));
 }
 
 }  // namespace
@@ -216,7 +242,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   } else if (fs::exists(cfg_path) || fs::exists(last)) {
     if (!opt.overwrite)
       throw UsageError(dir + ": already holds a run; use --resume to continue it or --overwrite to replace it");
-    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log"}) {
+    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
       std::error_code ec;
       fs::remove(dir + "/" + f, ec);
     }
@@ -224,6 +250,20 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   make_dirs(dir);
   if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
   write_file_atomic(cfg_path, resolved.dump(2) + "\n");
+
+  // Everything logged from here on also goes to run_dir/train.log (appended on resume).
+  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
+  file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
+  auto logger = spdlog::default_logger();
+  logger->sinks().push_back(file_sink);
+  struct RemoveSink {
+    std::shared_ptr<spdlog::logger> logger;
+    std::shared_ptr<spdlog::sinks::sink> sink;
+    ~RemoveSink() {
+      auto& s = logger->sinks();
+      s.erase(std::remove(s.begin(), s.end(), sink), s.end());
+    }
+  } remove_sink{logger, file_sink};
 
   RunData data = prepare_data(cfg, opt.resume);
   if (!opt.resume) {
@@ -299,6 +339,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
                         {"valid_loss", v.loss},   {"valid_ppl", v.ppl},        {"valid_bleu", v.bleu},
                         {"lr", st.lr},            {"tokens_per_s", tps},       {"elapsed_s", elapsed}};
     append_line(dir + "/metrics.jsonl", m.dump());
+    write_curves(dir);
     if (tty) std::fprintf(stderr, "\r\033[K");
     spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
                  st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");

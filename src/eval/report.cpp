@@ -1,0 +1,216 @@
+#include "eval/report.h"
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+#include "common/fs.h"
+#include "viz/attention_maps.h"
+#include "viz/charts.h"
+
+namespace attnmt {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), f, v);
+  return buf;
+}
+
+std::string describe_attention(const ModelConfig& m) {
+  const auto& a = m.attention;
+  if (a.type == "luong") return "luong/" + effective_score(a) + (m.input_feeding ? "+feeding" : "");
+  if (a.type == "scaled_dot")
+    return "scaled_dot/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads") + (m.input_feeding ? "+feeding" : "");
+  return a.type;
+}
+
+std::string bucket_label(const BucketScore& b) {
+  return std::to_string(b.min) + "-" + (b.max < 0 ? std::string("") : std::to_string(b.max));
+}
+
+// First and last buckets with sentences.
+std::pair<const BucketScore*, const BucketScore*> ends(const RunSummary& r) {
+  const BucketScore *first = nullptr, *last = nullptr;
+  for (const auto& b : r.eval.by_length)
+    if (b.count > 0) {
+      if (!first) first = &b;
+      last = &b;
+    }
+  return {first, last};
+}
+}  // namespace
+
+EvalResult eval_result_from_json(const nlohmann::json& j) {
+  EvalResult r;
+  r.bleu = j.at("bleu").get<double>();
+  r.chrf = j.value("chrf", 0.0);
+  r.signature = j.value("signature", "");
+  r.beam_size = j.value("beam_size", 1);
+  r.sentences = j.value("sentences", int64_t{0});
+  r.decode_s = j.value("decode_s", 0.0);
+  r.sentences_per_s = j.value("sentences_per_s", 0.0);
+  for (const auto& b : j.at("by_length"))
+    r.by_length.push_back({b.at("min").get<int>(), b.at("max").is_null() ? -1 : b.at("max").get<int>(),
+                           b.at("count").get<int64_t>(), b.at("bleu").get<double>()});
+  if (j.contains("aer")) r.aer = j["aer"].get<double>();
+  if (j.contains("attention_entropy")) r.attention_entropy = j["attention_entropy"].get<double>();
+  if (j.contains("ppl")) r.ppl = j["ppl"].get<double>();
+  return r;
+}
+
+RunSummary summarize_run(const std::string& dir, const std::string& split, const std::string& device) {
+  RunSummary s;
+  s.dir = dir;
+  s.name = fs::path(dir).filename().string();
+  if (s.name.empty()) s.name = fs::path(dir).parent_path().filename().string();
+  const std::string eval_json = dir + "/eval/" + split + ".json";
+  LoadedRun run = load_run(dir, "best", device);
+  s.attention = describe_attention(run.cfg.model);
+  s.parameters = run.model->parameter_count();
+  if (!fs::is_regular_file(eval_json)) {
+    spdlog::info("{}: no {} evaluation yet; running it (beam {})", dir, split, run.cfg.eval.beam_size);
+    EvalRequest req;
+    req.split = split;
+    evaluate_run(run, dir, req);
+  }
+  try {
+    s.eval = eval_result_from_json(read_json_file(eval_json));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(eval_json + ": not an evaluation result: " + e.what());
+  }
+  std::ifstream in(dir + "/metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    s.train_s = j.value("elapsed_s", s.train_s);
+    s.epochs = j.value("epoch", s.epochs);
+    s.steps = j.value("step", s.steps);
+  }
+  if (fs::is_regular_file(dir + "/maps/index.html")) s.maps = dir + "/maps/index.html";
+  return s;
+}
+
+std::string comparison_paragraph(const std::vector<RunSummary>& runs) {
+  if (runs.empty()) return "No runs.";
+  std::ostringstream o;
+  const RunSummary* best = &runs[0];
+  for (const auto& r : runs)
+    if (r.eval.bleu > best->eval.bleu) best = &r;
+  o << "Highest test BLEU: " << best->name << " (" << best->attention << ", " << fmt("%.2f", best->eval.bleu) << "). ";
+  // Long vs short sentences, per run.
+  const RunSummary *worst_ratio = nullptr, *best_ratio = nullptr;
+  double wr = 1e9, br = -1e9;
+  for (const auto& r : runs) {
+    auto [first, last] = ends(r);
+    if (!first || first == last) continue;
+    double ratio = first->bleu > 0 ? last->bleu / first->bleu : 0.0;
+    o << r.name << " keeps " << fmt("%.0f", 100 * ratio) << "% of its BLEU from sources of " << bucket_label(*first)
+      << " tokens to sources of " << bucket_label(*last) << " tokens (" << fmt("%.1f", first->bleu) << " to "
+      << fmt("%.1f", last->bleu) << "). ";
+    if (ratio < wr) wr = ratio, worst_ratio = &r;
+    if (ratio > br) br = ratio, best_ratio = &r;
+  }
+  if (worst_ratio && best_ratio && worst_ratio != best_ratio) {
+    auto [wf, wl] = ends(*worst_ratio);
+    auto [bf, bl] = ends(*best_ratio);
+    o << "On the longest sentences " << best_ratio->name << " scores " << fmt("%.1f", bl->bleu - wl->bleu)
+      << " BLEU points more than " << worst_ratio->name << "; on the shortest the gap is "
+      << fmt("%.1f", bf->bleu - wf->bleu) << " points.";
+  }
+  return o.str();
+}
+
+void write_comparison(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split) {
+  if (runs.empty()) throw UsageError("compare: give at least one run directory");
+  make_dirs(out);
+  // Bucket labels from the first run; every run must use the same buckets to share the chart.
+  std::vector<std::string> labels;
+  for (const auto& b : runs[0].eval.by_length) labels.push_back(bucket_label(b));
+  for (const auto& r : runs) {
+    std::vector<std::string> l;
+    for (const auto& b : r.eval.by_length) l.push_back(bucket_label(b));
+    if (l != labels)
+      throw UsageError("compare: " + r.dir + " uses different length buckets than " + runs[0].dir + "; evaluate them alike");
+  }
+  const std::string paragraph = comparison_paragraph(runs);
+
+  // report.json
+  nlohmann::json j = {{"split", split}, {"summary", paragraph}, {"runs", nlohmann::json::array()}};
+  for (const auto& r : runs) {
+    nlohmann::json e = r.eval.to_json();
+    j["runs"].push_back({{"run", r.dir},       {"name", r.name},         {"attention", r.attention},
+                         {"parameters", r.parameters}, {"train_s", r.train_s}, {"epochs", r.epochs},
+                         {"steps", r.steps},  {"eval", e}});
+  }
+  write_file_atomic(out + "/report.json", j.dump(2) + "\n");
+
+  // report.md
+  std::ostringstream md;
+  md << "# attnmt comparison (" << split << " set)\n\n";
+  md << "| run | attention | parameters | train min | epochs | BLEU | chrF | AER |";
+  for (const auto& l : labels) md << " BLEU " << l << " |";
+  md << "\n|---|---|---|---|---|---|---|---|";
+  for (size_t k = 0; k < labels.size(); ++k) md << "---|";
+  md << "\n";
+  for (const auto& r : runs) {
+    md << "| " << r.name << " | " << r.attention << " | " << r.parameters << " | " << fmt("%.1f", r.train_s / 60) << " | "
+       << r.epochs << " | " << fmt("%.2f", r.eval.bleu) << " | " << fmt("%.2f", r.eval.chrf) << " | "
+       << (r.eval.aer ? fmt("%.3f", *r.eval.aer) : std::string("–")) << " |";
+    for (const auto& b : r.eval.by_length) md << " " << fmt("%.2f", b.bleu) << " |";
+    md << "\n";
+  }
+  md << "\nSentences per bucket:";
+  for (const auto& b : runs[0].eval.by_length) md << " " << bucket_label(b) << ": " << b.count << ";";
+  md << " beam " << runs[0].eval.beam_size << ".\n\n" << paragraph << "\n\n![BLEU by source length](bleu_by_length.svg)\n";
+  write_file_atomic(out + "/report.md", md.str());
+
+  // bleu_by_length.svg
+  ChartSpec c;
+  c.title = "BLEU by source sentence length (" + split + ")";
+  c.x_label = "source length (tokens)";
+  c.y_label = "BLEU";
+  c.x_tick_labels = labels;
+  c.width = 640;
+  c.height = 420;
+  for (const auto& r : runs) {
+    Series s{r.name + " (" + r.attention + ")", {}, {}};
+    for (size_t k = 0; k < r.eval.by_length.size(); ++k) {
+      s.x.push_back(static_cast<double>(k));
+      s.y.push_back(r.eval.by_length[k].count > 0 ? r.eval.by_length[k].bleu : std::nan(""));
+    }
+    c.series.push_back(std::move(s));
+  }
+  write_file_atomic(out + "/bleu_by_length.svg", line_chart_svg(c));
+
+  // index.html
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attnmt comparison</title><style>"
+       "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+       "padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}</style></head><body>\n";
+  h << "<h1>attnmt comparison (" << xml_escape(split) << " set)</h1>\n<p>" << xml_escape(paragraph) << "</p>\n";
+  h << "<img src=\"bleu_by_length.svg\" alt=\"BLEU by source length\">\n<table><tr><th>run</th><th>attention</th>"
+       "<th>parameters</th><th>train min</th><th>epochs</th><th>BLEU</th><th>chrF</th><th>AER</th>";
+  for (const auto& l : labels) h << "<th>" << xml_escape(l) << "</th>";
+  h << "<th>attention maps</th></tr>\n";
+  for (const auto& r : runs) {
+    h << "<tr><td>" << xml_escape(r.name) << "</td><td>" << xml_escape(r.attention) << "</td><td>" << r.parameters << "</td><td>"
+      << fmt("%.1f", r.train_s / 60) << "</td><td>" << r.epochs << "</td><td>" << fmt("%.2f", r.eval.bleu) << "</td><td>"
+      << fmt("%.2f", r.eval.chrf) << "</td><td>" << (r.eval.aer ? fmt("%.3f", *r.eval.aer) : std::string("&ndash;")) << "</td>";
+    for (const auto& b : r.eval.by_length) h << "<td>" << fmt("%.2f", b.bleu) << "</td>";
+    std::error_code ec;
+    std::string link = r.maps.empty() ? "" : fs::relative(fs::absolute(r.maps), fs::absolute(out), ec).string();
+    h << "<td>" << (link.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(link) + "\">gallery</a>") << "</td></tr>\n";
+  }
+  h << "</table>\n<p>Details: <a href=\"report.md\">report.md</a>, <a href=\"report.json\">report.json</a>.</p></body></html>\n";
+  write_file_atomic(out + "/index.html", h.str());
+}
+
+}  // namespace attnmt

@@ -1,0 +1,35 @@
+// Comparing runs: one summary per run (attention type, size, training time, test scores, BLEU by
+// source length) and the report files: report.md, report.json, bleu_by_length.svg, index.html.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/evaluator.h"
+
+namespace attnmt {
+
+struct RunSummary {
+  std::string dir;            // run directory
+  std::string name;           // its last path component
+  std::string attention;      // e.g. "bahdanau", "luong/general+feeding", "scaled_dot/4 heads"
+  int64_t parameters = 0;
+  double train_s = 0;         // training time (elapsed_s of the last validation)
+  int64_t epochs = 0, steps = 0;
+  EvalResult eval;            // from run_dir/eval/<split>.json
+  std::string maps;           // run_dir/maps/index.html when present
+};
+
+EvalResult eval_result_from_json(const nlohmann::json& j);
+
+// Reads a run; evaluates the split first (beam from the config) when its eval JSON is missing.
+RunSummary summarize_run(const std::string& dir, const std::string& split, const std::string& device);
+
+// What the numbers show, as plain sentences computed from them.
+std::string comparison_paragraph(const std::vector<RunSummary>& runs);
+
+// Writes report.md, report.json, bleu_by_length.svg and index.html into out.
+void write_comparison(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split);
+
+}  // namespace attnmt
