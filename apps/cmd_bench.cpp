@@ -1,12 +1,222 @@
-// attnmt bench
+// attnmt bench [--config FILE] [--attention TYPE|all] [--steps N] [--json]
+// Measures, in one process: the float32 matmul rate (the roofline), training throughput and MFU,
+// decoding throughput (batched greedy, batched beam 5, beam 5 one sentence at a time), peak memory.
+#include <sys/resource.h>
+
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <numeric>
+
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
 #include "commands.h"
+#include "common/config.h"
 #include "common/errors.h"
+#include "common/runtime.h"
+#include "data/batcher.h"
+#include "data/vocab.h"
+#include "eval/search.h"
+#include "model/flops.h"
+#include "model/seq2seq.h"
+#include "train/trainer.h"
 
 namespace attnmt::cli {
 
+namespace {
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// Best of 20 1024x1024x1024 float32 products, in GFLOP/s.
+double matmul_gflops(const torch::Device& dev) {
+  torch::NoGradGuard ng;
+  auto a = torch::randn({1024, 1024}, torch::TensorOptions().device(dev));
+  auto b = torch::randn({1024, 1024}, torch::TensorOptions().device(dev));
+  auto c = torch::mm(a, b);
+  double best = 1e9;
+  for (int i = 0; i < 20; ++i) {
+    double t0 = now_s();
+    c = torch::mm(a, b);
+    if (dev.is_cuda()) c.sum().item<float>();
+    best = std::min(best, now_s() - t0);
+  }
+  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+}
+
+struct BenchRow {
+  std::string name;
+  int64_t params = 0;
+  double train_tok_s = 0, train_gflops = 0, train_mfu = 0, train_flops_step = 0;
+  double greedy_sent_s = 0, greedy_mfu = 0, beam_sent_s = 0, beam_single_sent_s = 0;
+};
+
+std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
+  std::vector<std::pair<std::string, AttentionConfig>> all = {
+      {"none", {"none", "", 1, 0}},         {"bahdanau", {"bahdanau", "", 1, 0}}, {"luong_dot", {"luong", "dot", 1, 0}},
+      {"luong_general", {"luong", "general", 1, 0}}, {"luong_concat", {"luong", "concat", 1, 0}},
+      {"scaled_dot", {"scaled_dot", "", 4, 0}}};
+  if (which == "all") return all;
+  for (auto& v : all)
+    if (v.first == which || v.second.type == which) return {v};
+  throw UsageError("--attention: unknown value '" + which +
+                   "'. Valid options: all, none, bahdanau, luong, luong_dot, luong_general, luong_concat, scaled_dot");
+}
+}  // namespace
+
 Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
-  auto* app = parent.add_subcommand("bench", "bench (not available yet)");
-  return {app, []() -> int { throw Error("'bench' is not implemented yet"); }};
+  struct Options {
+    std::string config;            // optional JSON config for the model section
+    std::string attention = "all"; // which attention types
+    int steps = 20;                // timed training steps per type
+    int batch = 64;                // sentences per batch
+    int vocab = 8000;              // source and target vocabulary
+    int min_len = 20, max_len = 30;  // synthetic sentence lengths
+    bool input_feeding = false;    // luong/scaled_dot with input feeding
+    bool json = false;             // JSON output
+  };
+  auto opt = std::make_shared<Options>();
+  auto* app = parent.add_subcommand("bench", "Measure training/decoding throughput against this machine's matmul rate");
+  app->add_option("--config,-c", opt->config, "Config whose model section is benchmarked (default: the benchmark model)");
+  app->add_option("--attention", opt->attention, "all | none | bahdanau | luong_dot | luong_general | luong_concat | scaled_dot")
+      ->capture_default_str();
+  app->add_option("--steps", opt->steps, "Timed training steps per attention type")->capture_default_str()->check(CLI::Range(1, 100000));
+  app->add_option("--batch", opt->batch, "Sentences per batch")->capture_default_str()->check(CLI::Range(1, 4096));
+  app->add_option("--vocab", opt->vocab, "Source/target vocabulary size")->capture_default_str()->check(CLI::Range(8, 1000000));
+  app->add_flag("--input-feeding", opt->input_feeding, "Benchmark luong/scaled_dot with input feeding");
+  app->add_flag("--json", opt->json, "Print JSON");
+  return {app, [opt, &g]() -> int {
+            ModelConfig base;
+            base.rnn = "gru";
+            base.embed_dim = 256;
+            base.hidden_dim = 512;
+            base.bidirectional = true;
+            base.dropout = 0.0;
+            if (!opt->config.empty()) base = load_config(opt->config, {}).model;
+            torch::Device dev = resolve_device(g.device.empty() ? "cpu" : g.device);
+            const double roof = matmul_gflops(dev);
+            spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20)", roof);
+            // Synthetic batch: lengths spread over [min_len, max_len], random ids.
+            torch::manual_seed(1);
+            std::vector<EncodedPair> data;
+            for (int i = 0; i < opt->batch; ++i) {
+              int64_t s = opt->min_len + i % (opt->max_len - opt->min_len + 1);
+              int64_t t = opt->min_len + (i * 7) % (opt->max_len - opt->min_len + 1);
+              auto rs = torch::randint(4, opt->vocab, {s}, torch::kLong), rt = torch::randint(4, opt->vocab, {t}, torch::kLong);
+              data.push_back({std::vector<int64_t>(rs.data_ptr<int64_t>(), rs.data_ptr<int64_t>() + s),
+                              std::vector<int64_t>(rt.data_ptr<int64_t>(), rt.data_ptr<int64_t>() + t)});
+            }
+            std::vector<std::vector<int64_t>> srcs;
+            for (const auto& d : data) srcs.push_back(d.src);
+            std::vector<int64_t> all(data.size());
+            std::iota(all.begin(), all.end(), 0);
+            Batch batch = make_batch(data, all);
+            Batch dbatch = batch.to(dev);
+            const int64_t S = batch.src.size(1), T = batch.tgt_out.size(1);
+            std::vector<BenchRow> rows;
+            for (auto& [name, att] : variants(opt->attention)) {
+              ModelConfig m = base;
+              m.attention = att;
+              m.input_feeding = opt->input_feeding && (att.type == "luong" || att.type == "scaled_dot");
+              Seq2Seq model(m, opt->vocab, opt->vocab);
+              model->to(dev);
+              torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(1e-3));
+              BenchRow r;
+              r.name = name + (m.input_feeding ? "+feeding" : "");
+              r.params = model->parameter_count();
+              // FLOPs from the padded batch shape, as configured (padding included, same for every type).
+              FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
+              r.train_flops_step = fc.train_step();
+              auto train_step = [&]() {
+                optim.zero_grad();
+                auto out = model->forward(dbatch.src, dbatch.src_len, dbatch.src_mask, dbatch.tgt_in);
+                auto loss = sequence_loss(out.logits, dbatch.tgt_out, 0.0) / static_cast<double>(batch.tgt_tokens);
+                loss.backward();
+                torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
+                optim.step();
+                return loss;
+              };
+              for (int i = 0; i < 3; ++i) train_step();  // warm-up
+              double t0 = now_s();
+              torch::Tensor last;
+              for (int i = 0; i < opt->steps; ++i) last = train_step();
+              last.item<float>();
+              double dt = now_s() - t0;
+              r.train_tok_s = static_cast<double>(batch.tgt_tokens) * opt->steps / dt;
+              r.train_gflops = r.train_flops_step * opt->steps / dt / 1e9;
+              r.train_mfu = r.train_gflops / roof;
+              // Decoding: 30 steps of batched greedy (a fixed length so that every type does the same work).
+              model->eval();
+              {
+                Batch src_only = make_src_batch(srcs, all);
+                SearchOptions gs;
+                gs.max_len_ratio = 20.0 / std::max<int64_t>(1, opt->min_len);  // >= 30 steps for every sentence
+                gs.stop_at_eos = false;  // every row runs to the limit: the work is known exactly
+                greedy_search(model, src_only, gs, dev);  // warm-up
+                double g0 = now_s();
+                const int reps = 3;
+                for (int i = 0; i < reps; ++i) greedy_search(model, src_only, gs, dev);
+                double gdt = (now_s() - g0) / reps;
+                r.greedy_sent_s = static_cast<double>(opt->batch) / gdt;
+                // FLOPs of the steps run: the batch advances max over rows of (ratio * src_len + 10) steps.
+                int64_t steps = 0;
+                for (const auto& sv : srcs)
+                  steps = std::max<int64_t>(steps, static_cast<int64_t>(std::floor(gs.max_len_ratio * static_cast<double>(sv.size()))) + 10);
+                FlopCount gf = count_flops(m, opt->vocab, opt->batch, S, steps);
+                r.greedy_mfu = gf.forward() / gdt / 1e9 / roof;
+                SearchOptions bs;
+                bs.beam_size = 5;
+                bs.max_len_ratio = gs.max_len_ratio;
+                const int nb = std::min(16, opt->batch);
+                std::vector<int64_t> first(all.begin(), all.begin() + nb);
+                Batch sub = make_src_batch(srcs, first);
+                double b0 = now_s();
+                beam_search(model, sub, bs, dev);
+                r.beam_sent_s = nb / (now_s() - b0);
+                const int single = std::min(4, nb);
+                double s0 = now_s();
+                for (int i = 0; i < single; ++i) {
+                  Batch one = make_src_batch(srcs, {first[static_cast<size_t>(i)]});
+                  beam_search(model, one, bs, dev);
+                }
+                r.beam_single_sent_s = single / (now_s() - s0);
+              }
+              spdlog::info("{}: {:.0f} target tok/s, {:.1f} GFLOP/s ({:.0f}% of matmul), greedy {:.1f} sent/s, beam5 {:.2f} vs {:.2f} sent/s",
+                           r.name, r.train_tok_s, r.train_gflops, 100 * r.train_mfu, r.greedy_sent_s, r.beam_sent_s,
+                           r.beam_single_sent_s);
+              rows.push_back(r);
+            }
+            const double rss = peak_rss_mb();
+            if (opt->json) {
+              nlohmann::json j = {{"matmul_gflops", roof}, {"blas", blas_info()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
+                                  {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
+              for (const auto& r : rows)
+                j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
+                                     {"train_flops_per_step", r.train_flops_step}, {"train_gflops", r.train_gflops},
+                                     {"train_mfu", r.train_mfu}, {"greedy_sentences_per_s", r.greedy_sent_s},
+                                     {"greedy_mfu", r.greedy_mfu}, {"beam5_batched_sentences_per_s", r.beam_sent_s},
+                                     {"beam5_single_sentences_per_s", r.beam_single_sent_s},
+                                     {"beam5_batched_speedup", r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0}});
+              std::cout << j.dump(2) << "\n";
+            } else {
+              std::printf("BLAS: %s\n", blas_info().c_str());
+              std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
+                          roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));
+              std::printf("%-18s %10s %10s %8s %6s %10s %6s %10s %10s %6s\n", "attention", "params", "train tok/s", "GFLOP/s",
+                          "MFU", "greedy s/s", "MFU", "beam5 s/s", "beam5x1", "ratio");
+              for (const auto& r : rows)
+                std::printf("%-18s %10lld %10.0f %8.1f %5.0f%% %10.1f %5.0f%% %10.2f %10.2f %6.1f\n", r.name.c_str(),
+                            static_cast<long long>(r.params), r.train_tok_s, r.train_gflops, 100 * r.train_mfu, r.greedy_sent_s,
+                            100 * r.greedy_mfu, r.beam_sent_s, r.beam_single_sent_s,
+                            r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0);
+            }
+            return 0;
+          }};
 }
 
 }  // namespace attnmt::cli

@@ -279,3 +279,84 @@ TEST(AttentionCli, NoneModelSaysThereAreNoWeights) {
   EXPECT_NE(r.output.find("no attention weights"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(out));  // nothing misleading written
 }
+
+TEST(SharedData, Multi30kTinyTrainAndEvaluate) {
+  std::string shared = test::shared_data_dir();
+  if (shared.empty()) GTEST_SKIP() << "../shared/data not found next to the checkout: skipping the Multi30k integration test";
+  // The first 500 training pairs, 50 validation and 50 test pairs of German->English.
+  std::string dir = test::temp_dir("m30k");
+  auto head = [&](const std::string& from, const std::string& to, size_t n) {
+    std::istringstream in(test::read_file(from));
+    std::string out, line;
+    for (size_t i = 0; i < n && std::getline(in, line); ++i) out += line + "\n";
+    test::write_file(to, out);
+  };
+  for (const char* l : {"de", "en"}) {
+    head(shared + "/multi30k/train." + std::string(l), dir + "/train." + l, 500);
+    head(shared + "/multi30k/val." + std::string(l), dir + "/val." + l, 50);
+    head(shared + "/multi30k/test2016." + std::string(l), dir + "/test." + l, 50);
+  }
+  Config c = config_from_json(read_json_file(test::source_dir() + "/configs/multi30k_bahdanau.json"));
+  c.run_dir = dir + "/run";
+  c.data.train = {dir + "/train.de", dir + "/train.en", "", ""};
+  c.data.valid = {dir + "/val.de", dir + "/val.en", "", ""};
+  c.data.test = {dir + "/test.de", dir + "/test.en", "", ""};
+  c.model.embed_dim = 16;
+  c.model.hidden_dim = 32;
+  c.train.max_steps = 5;
+  c.train.batch_size = 32;
+  c.eval.beam_size = 2;
+  validate(c);
+  TrainResult tr = train(c, {}, torch::kCPU);
+  EXPECT_EQ(tr.state.step, 5);
+  auto r = test::run_cli("evaluate --run " + c.run_dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto j = nlohmann::json::parse(test::read_file(c.run_dir + "/eval/test.json"));
+  EXPECT_EQ(j["sentences"], 50);
+  EXPECT_TRUE(j.contains("ppl"));
+}
+
+TEST(Search, BeamKeepsSearchingWhileALongerHypothesisCanWinUnderThePenalty) {
+  // A model whose output layer ignores its input: every step has the same distribution,
+  // P(<eos>) = 0.5, P(w) = 0.49 (id 4), the rest 0.01 spread over ids 0, 1, 2, 5.
+  // Without a penalty the best hypothesis is "<eos>" at once (log 0.5). With alpha = 2,
+  // score(w^k <eos>) = (k log 0.49 + log 0.5) / ((5 + k + 1) / 6)^2 keeps rising towards 0 as k grows
+  // and passes log 0.5 from k = 27 on, so the best hypothesis runs to the length limit. Stopping when
+  // the top beam ends would return "<eos>".
+  ModelConfig m;
+  m.embed_dim = 4;
+  m.hidden_dim = 6;
+  m.dropout = 0.0;
+  m.attention.type = "bahdanau";
+  torch::manual_seed(1);
+  Seq2Seq model(m, 6, 6);
+  model->eval();
+  {
+    torch::NoGradGuard ng;
+    auto params = model->named_parameters();
+    params["decoder.out.weight"].zero_();
+    params["decoder.out.bias"].copy_(torch::log(torch::tensor({0.0025f, 0.0025f, 0.0025f, 0.5f, 0.49f, 0.0025f})));
+  }
+  std::vector<std::vector<int64_t>> srcs = {std::vector<int64_t>(20, 4)};  // limit = floor(1.5 * 20) + 10 = 40 tokens
+  Batch b = make_src_batch(srcs, {0});
+  SearchOptions so;
+  so.beam_size = 3;
+  so.length_penalty = 0.0;
+  auto plain = beam_search(model, b, so, torch::kCPU);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_FALSE(plain[0].empty());
+  EXPECT_TRUE(plain[0][0].tokens.empty());
+  EXPECT_NEAR(plain[0][0].score, std::log(0.5), 1e-5);
+  so.length_penalty = 2.0;
+  auto penalized = beam_search(model, b, so, torch::kCPU);
+  ASSERT_FALSE(penalized[0].empty());
+  const auto& best = penalized[0][0];
+  // w^39 <eos>: (39 log .49 + log .5) / (45/6)^2 = -0.5069 beats w^40 cut at the limit (-0.5073),
+  // every shorter hypothesis, and "<eos>" alone (-0.6931).
+  ASSERT_EQ(best.tokens.size(), 39u);
+  for (int64_t t : best.tokens) EXPECT_EQ(t, 4);
+  EXPECT_NEAR(best.score, (39 * std::log(0.49) + std::log(0.5)) / std::pow(45.0 / 6.0, 2.0), 1e-4);
+  // Greedy stops at the first <eos>.
+  auto g = greedy_search(model, b, so, torch::kCPU);
+  EXPECT_TRUE(g[0].tokens.empty());
+}

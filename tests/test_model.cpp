@@ -240,3 +240,30 @@ TEST(Model, EveryAttentionTypeOverfitsEightPairs) {
     EXPECT_LT(loss_v, 0.05) << name_of(m);
   }
 }
+
+#include "model/flops.h"
+
+TEST(Flops, HandCountForATinyBahdanauModel) {
+  // E=4, H=6 (bidirectional: 3 per direction), A=6, V=10, B=2, S=3, T=5, GRU, one layer each.
+  ModelConfig m;
+  m.embed_dim = 4;
+  m.hidden_dim = 6;
+  m.attention.type = "bahdanau";
+  FlopCount f = count_flops(m, 10, 2, 3, 5);
+  // encoder: 2 directions x 3 gates x 3 x (4 + 3) = 126 MACs per token, 6 source tokens -> 2*126*6
+  EXPECT_DOUBLE_EQ(f.encoder, 2.0 * 126 * 6);
+  // bridge: 6x6 per sentence
+  EXPECT_DOUBLE_EQ(f.bridge, 2.0 * 2 * 36);
+  // keys: U h_j, 6x6 per source token
+  EXPECT_DOUBLE_EQ(f.keys, 2.0 * 6 * 36);
+  // per step: GRU 3*6*(4+6+6) = 288; W q 36; scores 3*6 = 18; context 3*6 = 18; readout (12+4)*6 = 96 -> 456
+  EXPECT_DOUBLE_EQ(f.decoder, 2.0 * 456 * 10);
+  EXPECT_DOUBLE_EQ(f.output, 2.0 * 6 * 10 * 10);
+  EXPECT_DOUBLE_EQ(f.train_step(), 3 * f.forward());
+  // Luong general without feeding: GRU 3*6*(4+6) = 180; scores 18; context 18; combine 12*6 = 72 -> 288;
+  // keys W h_j 6x6 per source token.
+  m.attention.type = "luong";
+  FlopCount g = count_flops(m, 10, 2, 3, 5);
+  EXPECT_DOUBLE_EQ(g.decoder, 2.0 * 288 * 10);
+  EXPECT_DOUBLE_EQ(g.keys, 2.0 * 6 * 36);
+}

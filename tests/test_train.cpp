@@ -147,3 +147,75 @@ TEST(Train, CliExitCodes) {
     EXPECT_EQ(r.code, 0) << sub << ": " << r.output;
   }
 }
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace {
+// Writes a config JSON for the tiny corpus and returns its path.
+std::string write_tiny_config(const std::string& dir, const std::string& run_dir, int epochs) {
+  Config c = tiny_config(run_dir);
+  c.train.epochs = epochs;
+  c.train.valid_every = 0;
+  c.train.log_every = 1;
+  std::string path = dir + "/config.json";
+  test::write_file(path, config_to_json(c).dump(2));
+  return path;
+}
+}  // namespace
+
+TEST(Train, SigintWritesLastCheckpointAndResumeContinues) {
+  std::string dir = test::temp_dir("train_sigint");
+  std::string run = dir + "/run";
+  std::string cfg = write_tiny_config(dir, run, 100000);  // would run for a very long time
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int devnull = ::open("/dev/null", O_WRONLY);
+    dup2(devnull, 1);
+    dup2(devnull, 2);
+    execl(ATTNMT_BIN, ATTNMT_BIN, "train", "--config", cfg.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until training steps are being logged (the handlers are installed by then).
+  bool started = false;
+  for (int i = 0; i < 600 && !started; ++i) {
+    usleep(50000);
+    started = test::read_file(run + "/train.log").find(" step ") != std::string::npos;
+  }
+  ASSERT_TRUE(started) << "training never started";
+  kill(pid, SIGINT);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  ASSERT_TRUE(std::filesystem::exists(run + "/last.pt"));
+  Config c = config_from_json(read_json_file(run + "/config.json"));
+  Seq2Seq model(c.model, Vocab::load(run + "/src.vocab").size(), Vocab::load(run + "/tgt.vocab").size());
+  TrainerState st = load_checkpoint(run + "/last.pt", model, nullptr);
+  EXPECT_GT(st.step, 0);
+  EXPECT_FALSE(st.finished);
+  auto r = test::run_cli("train --config " + cfg + " --resume --set train.max_steps=" + std::to_string(st.step + 3));
+  ASSERT_EQ(r.code, 0) << r.output;
+  TrainerState after = load_checkpoint(run + "/last.pt", model, nullptr);
+  EXPECT_EQ(after.step, st.step + 3);
+}
+
+TEST(Train, NanLossStopsWithClearError) {
+  std::string dir = test::temp_dir("train_nan");
+  Config c = tiny_config(dir + "/run");
+  c.train.max_steps = 10;
+  ::setenv("ATTNMT_TEST_NAN_AT_STEP", "6", 1);
+  try {
+    train(c, {}, torch::kCPU);
+    ::unsetenv("ATTNMT_TEST_NAN_AT_STEP");
+    FAIL() << "NaN loss not detected";
+  } catch (const Error& e) {
+    ::unsetenv("ATTNMT_TEST_NAN_AT_STEP");
+    std::string m = e.what();
+    EXPECT_NE(m.find("NaN at step 6"), std::string::npos) << m;
+    EXPECT_NE(m.find("last.pt"), std::string::npos) << m;  // validated at step 4: a good checkpoint exists
+  }
+}

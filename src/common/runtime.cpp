@@ -51,6 +51,10 @@ ThreadInfo setup_threads(int n, int intra) {
   return info;
 }
 
+std::string blas_info() {
+  return openblas_get_config ? std::string(openblas_get_config()) : std::string("not OpenBLAS");
+}
+
 torch::Device resolve_device(const std::string& spec) {
   if (spec == "cpu") return torch::Device(torch::kCPU);
   if (spec == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);

@@ -19,6 +19,10 @@ struct ThreadInfo {
 // and LibTorch's intra-op threads to intra (0 = n).
 ThreadInfo setup_threads(int n, int intra);
 
+// The BLAS library that answers, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64"
+// (the kernel family it picked for this CPU is named there), or "not OpenBLAS".
+std::string blas_info();
+
 // Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
 // but not available.
 torch::Device resolve_device(const std::string& spec);

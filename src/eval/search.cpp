@@ -33,7 +33,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
     scores.push_back(best.masked_fill(finished, 0.0));
     if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
     finished = finished.logical_or(y.eq(Vocab::kEos));
-    if (t % 4 == 3 && finished.all().item<bool>()) break;  // one host sync every few steps
+    if (opt.stop_at_eos && t % 4 == 3 && finished.all().item<bool>()) break;  // one host sync every few steps
   }
   torch::Tensor toks = torch::stack(tokens, 1).to(torch::kCPU);  // [B, steps]
   torch::Tensor sc = torch::stack(scores, 1).to(torch::kCPU);

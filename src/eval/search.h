@@ -22,6 +22,7 @@ struct SearchOptions {
   int beam_size = 1;           // beam width (beam_search only)
   double length_penalty = 1.0; // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-probability
   int nbest = 1;               // hypotheses returned per sentence (beam_search only)
+  bool stop_at_eos = true;     // greedy: false runs every row to the length limit (benchmarks)
 };
 
 // GNMT length penalty ((5 + len) / 6)^alpha.

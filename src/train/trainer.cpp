@@ -355,6 +355,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     }
   };
 
+  // Tests make the loss NaN at a chosen step through this variable, to exercise the check below.
+  const char* nan_env = std::getenv("ATTNMT_TEST_NAN_AT_STEP");
+  const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : 0;
   model->train();
   // A resumed run continues as long as its (possibly raised) limits allow.
   st.finished = (cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps) ||
@@ -372,6 +375,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       torch::Tensor loss = loss_sum / static_cast<double>(b.tgt_tokens);
       loss.backward();
       double lv = loss_sum.item<double>();
+      if (nan_at_step > 0 && st.step + 1 == nan_at_step) lv = std::nan("");  // fault injection for tests
       if (!std::isfinite(lv)) {
         throw Error("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " +
                     std::to_string(st.step + 1) + "; last good checkpoint: " +

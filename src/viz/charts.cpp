@@ -42,9 +42,9 @@ void chart(std::ostringstream& o, const ChartSpec& c, int x0) {
       ymin = std::min(ymin, s.y[i]);
       ymax = std::max(ymax, s.y[i]);
     }
-  if (!c.x_tick_labels.empty()) {
-    xmin = std::min(xmin, 0.0);
-    xmax = std::max(xmax, static_cast<double>(c.x_tick_labels.size() - 1));
+  if (!c.x_tick_labels.empty()) {  // categorical: half a slot of room on each side for the labels
+    xmin = std::min(xmin, 0.0) - 0.4;
+    xmax = std::max(xmax, static_cast<double>(c.x_tick_labels.size() - 1)) + 0.4;
   }
   if (xmin > xmax) xmin = 0, xmax = 1;
   if (xmax == xmin) xmax = xmin + 1;

@@ -1,0 +1,45 @@
+#include "model/flops.h"
+
+namespace attnmt {
+
+namespace {
+// Multiply-adds of a GRU (3 gates) or LSTM (4 gates) layer per token: gates x hidden x (input + hidden).
+double rnn_macs(const std::string& cell, double in, double hidden) {
+  return (cell == "lstm" ? 4.0 : 3.0) * hidden * (in + hidden);
+}
+}  // namespace
+
+FlopCount count_flops(const ModelConfig& m, int64_t tgt_vocab, int64_t B, int64_t S, int64_t T) {
+  const double E = m.embed_dim, H = m.hidden_dim, A = effective_attention_dim(m), V = static_cast<double>(tgt_vocab);
+  const double dirs = m.bidirectional ? 2 : 1, h = H / dirs;
+  const double src_tokens = static_cast<double>(B * S), steps = static_cast<double>(B * T);
+  FlopCount f;
+  double enc = 0;
+  for (int l = 0; l < m.encoder_layers; ++l) enc += dirs * rnn_macs(m.rnn, l == 0 ? E : H, h);
+  f.encoder = 2 * enc * src_tokens;
+  f.bridge = 2 * static_cast<double>(B) * H * H * m.decoder_layers * (m.rnn == "lstm" ? 2 : 1);
+  const std::string& type = m.attention.type;
+  const std::string score = effective_score(m.attention);
+  const bool luong_style = type == "luong" || type == "scaled_dot";
+  // Decoder RNN input: embedding plus context (none/bahdanau) or the fed-back attentional state.
+  const double rnn_in = E + ((!luong_style || m.input_feeding) ? H : 0);
+  double step = 0;
+  for (int l = 0; l < m.decoder_layers; ++l) step += rnn_macs(m.rnn, l == 0 ? rnn_in : H, H);
+  const double Sd = static_cast<double>(S);
+  if (type == "bahdanau" || (type == "luong" && score == "concat")) {
+    f.keys = 2 * src_tokens * H * A;  // U h_j
+    step += H * A + Sd * A + Sd * H;  // W q; v^T over S positions; weighted sum of values
+  } else if (type == "luong") {
+    if (score == "general") f.keys = 2 * src_tokens * H * H;  // W h_j
+    step += Sd * H + Sd * H;                                    // scores; context
+  } else if (type == "scaled_dot") {
+    f.keys = 2 * src_tokens * 2 * H * A;       // K and V
+    step += H * A + Sd * A + Sd * A + A * H;   // Q; scores; context; output projection
+  }
+  step += luong_style ? 2 * H * H : (2 * H + E) * H;  // attentional state / readout
+  f.decoder = 2 * step * steps;
+  f.output = 2 * H * V * steps;
+  return f;
+}
+
+}  // namespace attnmt
