@@ -360,3 +360,38 @@ TEST(Search, BeamKeepsSearchingWhileALongerHypothesisCanWinUnderThePenalty) {
   auto g = greedy_search(model, b, so, torch::kCPU);
   EXPECT_TRUE(g[0].tokens.empty());
 }
+
+TEST(CompareCli, ReportNumbersMatchTheRunsEvaluations) {
+  const std::string& run = tiny_run();
+  // A second, different run: the same data with Luong attention.
+  Config c = config_from_json(read_json_file(run + "/config.json"));
+  c.run_dir = test::temp_dir("compare_luong");
+  c.model.attention.type = "luong";
+  c.model.attention.score = "dot";
+  validate(c);
+  train(c, {}, torch::kCPU);
+  std::string out = test::temp_dir("compare_out") + "/report";
+  auto r = test::run_cli("compare " + run + " " + c.run_dir + " --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* f : {"report.md", "report.json", "bleu_by_length.svg", "index.html"})
+    EXPECT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+  auto rep = nlohmann::json::parse(test::read_file(out + "/report.json"));
+  ASSERT_EQ(rep["runs"].size(), 2u);
+  for (size_t k = 0; k < 2; ++k) {
+    std::string dir = k == 0 ? run : c.run_dir;
+    auto ev = nlohmann::json::parse(test::read_file(dir + "/eval/test.json"));  // compare evaluated it if needed
+    const auto& row = rep["runs"][k];
+    EXPECT_EQ(row["run"], dir);
+    EXPECT_DOUBLE_EQ(row["eval"]["bleu"].get<double>(), ev["bleu"].get<double>());
+    ASSERT_EQ(row["eval"]["by_length"].size(), ev["by_length"].size());
+    for (size_t b = 0; b < ev["by_length"].size(); ++b)
+      EXPECT_DOUBLE_EQ(row["eval"]["by_length"][b]["bleu"].get<double>(), ev["by_length"][b]["bleu"].get<double>());
+    EXPECT_GT(row["parameters"].get<int64_t>(), 0);
+  }
+  EXPECT_EQ(rep["runs"][1]["attention"], "luong/dot");
+  std::string md = test::read_file(out + "/report.md");
+  char bleu0[32];
+  std::snprintf(bleu0, sizeof(bleu0), "%.2f", rep["runs"][0]["eval"]["bleu"].get<double>());
+  EXPECT_NE(md.find(bleu0), std::string::npos) << md;
+  EXPECT_NE(rep["summary"].get<std::string>().find("keeps"), std::string::npos);
+}
