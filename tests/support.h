@@ -7,6 +7,9 @@
 
 #include <gtest/gtest.h>
 
+#include "common/config.h"
+#include "data/toy_corpus.h"
+
 namespace attnmt::test {
 
 inline std::string temp_dir(const std::string& name) {
@@ -49,6 +52,32 @@ inline std::string source_dir() { return ATTNMT_SOURCE_DIR; }
 inline std::string shared_data_dir() {
   auto p = std::filesystem::path(ATTNMT_SOURCE_DIR).parent_path() / "shared" / "data";
   return std::filesystem::is_directory(p) ? p.string() : std::string();
+}
+
+// A small toy corpus (train/valid/test with gold alignments) in a fresh temporary directory.
+inline std::string tiny_toy_corpus(const std::string& name, int train, int valid, int test, int max_len) {
+  std::string dir = temp_dir(name);
+  ToyCorpusOptions o;
+  o.train = train;
+  o.valid = valid;
+  o.test = test;
+  o.max_len = max_len;
+  write_toy_corpus(dir, o);
+  return dir;
+}
+
+// A tiny model config over a toy corpus directory (space tokenizer, embed 8, hidden 16).
+inline Config tiny_config_for(const std::string& corpus, const std::string& run_dir, const std::string& attention) {
+  Config c;
+  c.run_dir = run_dir;
+  c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
+  c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
+  c.data.test = {corpus + "/test.en", corpus + "/test.fr", "", corpus + "/test.align"};
+  c.data.tokenizer = "space";
+  c.model.embed_dim = 8;
+  c.model.hidden_dim = 16;
+  c.model.attention.type = attention;
+  return c;
 }
 
 }  // namespace attnmt::test

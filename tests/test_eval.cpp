@@ -34,21 +34,8 @@ std::vector<std::vector<int64_t>> some_sources() {
 // A trained tiny run shared by the CLI tests (trained once per test binary run).
 const std::string& tiny_run() {
   static std::string dir = [] {
-    std::string corpus = test::temp_dir("eval_corpus");
-    ToyCorpusOptions o;
-    o.train = 64;
-    o.valid = 8;
-    o.test = 12;
-    o.max_len = 20;
-    write_toy_corpus(corpus, o);
-    Config c;
-    c.run_dir = test::temp_dir("eval_run");
-    c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
-    c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
-    c.data.test = {corpus + "/test.en", corpus + "/test.fr", "", corpus + "/test.align"};
-    c.data.tokenizer = "space";
-    c.model.embed_dim = 8;
-    c.model.hidden_dim = 16;
+    std::string corpus = test::tiny_toy_corpus("eval_corpus", 64, 8, 12, 20);
+    Config c = test::tiny_config_for(corpus, test::temp_dir("eval_run"), "bahdanau");
     c.train.epochs = 1;
     c.train.batch_size = 16;
     c.eval.beam_size = 3;
@@ -255,21 +242,9 @@ TEST(AttentionCli, WritesMapsGalleryAndAer) {
 }
 
 TEST(AttentionCli, NoneModelSaysThereAreNoWeights) {
-  std::string corpus = test::temp_dir("none_corpus");
-  ToyCorpusOptions o;
-  o.train = 32;
-  o.valid = 6;
-  o.test = 6;
-  o.max_len = 12;
-  write_toy_corpus(corpus, o);
-  Config c;
-  c.run_dir = test::temp_dir("none_run");
-  c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
-  c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
-  c.data.tokenizer = "space";
-  c.model.embed_dim = 8;
+  std::string corpus = test::tiny_toy_corpus("none_corpus", 32, 6, 6, 12);
+  Config c = test::tiny_config_for(corpus, test::temp_dir("none_run"), "none");
   c.model.hidden_dim = 8;
-  c.model.attention.type = "none";
   c.train.epochs = 1;
   validate(c);
   train(c, {}, torch::kCPU);

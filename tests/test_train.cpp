@@ -12,30 +12,13 @@ namespace {
 
 // A tiny corpus (generated once per test binary run) and a tiny model config over it.
 const std::string& tiny_corpus() {
-  static std::string dir = [] {
-    std::string d = test::temp_dir("train_corpus");
-    ToyCorpusOptions o;
-    o.train = 96;
-    o.valid = 12;
-    o.test = 12;
-    o.max_len = 20;
-    write_toy_corpus(d, o);
-    return d;
-  }();
+  static std::string dir = test::tiny_toy_corpus("train_corpus", 96, 12, 12, 20);
   return dir;
 }
 
 Config tiny_config(const std::string& run_dir, const std::string& attention = "bahdanau") {
-  Config c;
-  const std::string& d = tiny_corpus();
-  c.run_dir = run_dir;
-  c.data.train = {d + "/train.en", d + "/train.fr", "", ""};
-  c.data.valid = {d + "/valid.en", d + "/valid.fr", "", ""};
-  c.data.tokenizer = "space";
-  c.model.embed_dim = 8;
-  c.model.hidden_dim = 16;
+  Config c = test::tiny_config_for(tiny_corpus(), run_dir, attention);
   c.model.dropout = 0.2;  // dropout draws random numbers: resume must restore the generator
-  c.model.attention.type = attention;
   c.train.batch_size = 16;
   c.train.epochs = 3;
   c.train.valid_every = 4;
