@@ -87,16 +87,7 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
                 sl.push_back(src_tok[i].size());
                 tl.push_back(tgt_tok[i].size());
               }
-              aligns = read_alignments(opt->align, nullptr, nullptr);
-              if (aligns.size() < n)
-                throw UsageError(opt->align + ": has " + std::to_string(aligns.size()) + " lines, need " + std::to_string(n));
-              aligns.resize(n);
-              for (size_t i = 0; i < n; ++i)
-                for (auto [s, t] : aligns[i])
-                  if (static_cast<size_t>(s) >= sl[i] || static_cast<size_t>(t) >= tl[i])
-                    throw UsageError(opt->align + ":" + std::to_string(i + 1) + ": alignment " + std::to_string(s) + "-" +
-                                     std::to_string(t) + " out of range for " + std::to_string(sl[i]) + " source and " +
-                                     std::to_string(tl[i]) + " target tokens");
+              aligns = read_alignments(opt->align, &sl, &tl, /*prefix=*/true);  // --limit may use the first lines only
             }
             // Maps come from forcing the chosen target through the model: the same computation as decoding.
             std::vector<torch::Tensor> heads;

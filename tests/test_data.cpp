@@ -164,6 +164,14 @@ TEST(Corpus, PharaohParsing) {
   std::vector<size_t> sl = {2, 2}, tl = {2, 2};
   std::string m = expect_usage_error([&] { read_alignments(dir + "/a.align", &sl, &tl); });
   EXPECT_NE(m.find("a.align:2: target index 5 out of range"), std::string::npos) << m;
+  // prefix mode: the first line only (the bad second line is not used); too few lines is an error.
+  std::vector<size_t> one = {2};
+  auto first = read_alignments(dir + "/a.align", &one, &one, true);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(first[0].size(), 2u);
+  EXPECT_EQ(first[0][1], std::make_pair(1, 1));
+  std::vector<size_t> three = {2, 2, 2};
+  EXPECT_THROW(read_alignments(dir + "/a.align", &three, &three, true), UsageError);
 }
 
 TEST(Batcher, DeterministicPlansAndMasks) {

@@ -76,34 +76,42 @@ torch::Tensor pad_rows(const std::vector<const std::vector<int64_t>*>& rows, int
 }
 }  // namespace
 
-Batch make_src_batch(const std::vector<std::vector<int64_t>>& srcs, const std::vector<int64_t>& indices) {
+namespace {
+// Source side of a batch from row pointers (no copies of the sentences).
+Batch src_batch_from_rows(const std::vector<const std::vector<int64_t>*>& rows) {
   Batch b;
-  b.indices = indices;
-  std::vector<const std::vector<int64_t>*> rows;
-  for (int64_t i : indices) rows.push_back(&srcs[static_cast<size_t>(i)]);
   int64_t s_len = 0;
   b.src = pad_rows(rows, 0, 0, &s_len);
   b.src_len = torch::empty({static_cast<int64_t>(rows.size())}, torch::kLong);
+  auto lens = b.src_len.accessor<int64_t, 1>();
   for (size_t k = 0; k < rows.size(); ++k) {
-    b.src_len[static_cast<int64_t>(k)] = static_cast<int64_t>(rows[k]->size());
+    lens[static_cast<int64_t>(k)] = static_cast<int64_t>(rows[k]->size());
     b.src_tokens += static_cast<int64_t>(rows[k]->size());
   }
   b.src_mask = b.src.ne(Vocab::kPad);
   b.padded_cells = b.src.numel();
   return b;
 }
+}  // namespace
+
+Batch make_src_batch(const std::vector<std::vector<int64_t>>& srcs, const std::vector<int64_t>& indices) {
+  std::vector<const std::vector<int64_t>*> rows;
+  rows.reserve(indices.size());
+  for (int64_t i : indices) rows.push_back(&srcs[static_cast<size_t>(i)]);
+  Batch b = src_batch_from_rows(rows);
+  b.indices = indices;
+  return b;
+}
 
 Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t>& indices) {
-  std::vector<std::vector<int64_t>> srcs;  // small copy keeps make_src_batch the single source of truth
-  std::vector<int64_t> local(indices.size());
+  std::vector<const std::vector<int64_t>*> srcs, tgts;
   srcs.reserve(indices.size());
-  std::vector<const std::vector<int64_t>*> tgts;
-  for (size_t k = 0; k < indices.size(); ++k) {
-    srcs.push_back(data[static_cast<size_t>(indices[k])].src);
-    tgts.push_back(&data[static_cast<size_t>(indices[k])].tgt);
-    local[k] = static_cast<int64_t>(k);
+  tgts.reserve(indices.size());
+  for (int64_t i : indices) {
+    srcs.push_back(&data[static_cast<size_t>(i)].src);
+    tgts.push_back(&data[static_cast<size_t>(i)].tgt);
   }
-  Batch b = make_src_batch(srcs, local);
+  Batch b = src_batch_from_rows(srcs);
   b.indices = indices;
   int64_t t_len = 0;
   torch::Tensor full = pad_rows(tgts, 1, 1, &t_len);  // <bos> y <eos>

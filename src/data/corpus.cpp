@@ -103,11 +103,12 @@ std::string format_pharaoh(const Alignment& a) {
 }
 
 std::vector<Alignment> read_alignments(const std::string& path, const std::vector<size_t>* src_lens,
-                                       const std::vector<size_t>* tgt_lens) {
+                                       const std::vector<size_t>* tgt_lens, bool prefix) {
   std::vector<std::string> lines = read_lines(path);
-  if (src_lens && lines.size() != src_lens->size())
+  if (src_lens && (prefix ? lines.size() < src_lens->size() : lines.size() != src_lens->size()))
     throw UsageError(path + ": has " + std::to_string(lines.size()) + " lines, the corpus has " +
                      std::to_string(src_lens->size()));
+  if (src_lens && prefix) lines.resize(src_lens->size());
   std::vector<Alignment> out;
   out.reserve(lines.size());
   for (size_t i = 0; i < lines.size(); ++i) {

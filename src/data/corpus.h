@@ -51,8 +51,9 @@ using Alignment = std::vector<std::pair<int, int>>;
 // Parses one line; throws UsageError with `where` in the message on malformed pairs.
 Alignment parse_pharaoh(const std::string& line, const std::string& where);
 std::string format_pharaoh(const Alignment& a);
-// Reads a whole file; when src_lens/tgt_lens are given, checks the line count and index ranges.
+// Reads a file; when src_lens/tgt_lens are given, checks the index ranges, and the line count:
+// equal to the corpus, or (prefix = true) at least as many lines, of which the first ones are used.
 std::vector<Alignment> read_alignments(const std::string& path, const std::vector<size_t>* src_lens = nullptr,
-                                       const std::vector<size_t>* tgt_lens = nullptr);
+                                       const std::vector<size_t>* tgt_lens = nullptr, bool prefix = false);
 
 }  // namespace attnmt
