@@ -1,7 +1,10 @@
 // attnmt compare RUN_DIR... --out DIR [--split test|valid]
+#include <filesystem>
+
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "common/errors.h"
 #include "eval/report.h"
 
 namespace attnmt::cli {
@@ -18,6 +21,10 @@ Command setup_compare(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--out,-o", opt->out, "Output directory")->required();
   app->add_option("--split", opt->split, "test | valid")->capture_default_str()->check(CLI::IsMember({"test", "valid"}));
   return {app, [opt, &g]() -> int {
+            // Check every run first: summarizing evaluates runs that lack an evaluation and writes it there.
+            for (const auto& d : opt->runs)
+              if (!std::filesystem::is_regular_file(d + "/config.json"))
+                throw UsageError(d + ": not a run directory (no config.json)");
             std::vector<RunSummary> runs;
             for (const auto& d : opt->runs) runs.push_back(summarize_run(d, opt->split, g.device));
             write_comparison(opt->out, runs, opt->split);

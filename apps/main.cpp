@@ -2,6 +2,7 @@
 // and hands over to one subcommand. Exit codes: 0 ok, 1 runtime failure, 2 usage/config/input error.
 #include <csignal>
 #include <iostream>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -31,6 +32,30 @@ int main(int argc, char** argv) {
   };
   for (auto& c : commands) c.app->fallthrough();  // global flags may follow the subcommand name
 
+  // CLI11 reports a misspelled subcommand as "A subcommand is required"; name it instead.
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--log-level" || a == "--threads" || a == "--intra-threads" || a == "--device") {
+      ++i;  // skip the global option's value
+      continue;
+    }
+    if (!a.empty() && a[0] == '-') continue;
+    bool known = false;
+    std::string names;
+    for (auto& c : commands) {
+      known = known || c.app->check_name(a);
+      names += (names.empty() ? "" : ", ") + c.app->get_name();
+    }
+    if (!known) {
+      std::cerr << "attnmt: error: unknown subcommand '" << a << "' (choose from " << names << ")\n";
+      return kExitUsage;
+    }
+    break;
+  }
+
+  // Past a file-size limit (ulimit -f) a write then fails with EFBIG and is reported like a full disk,
+  // instead of the default SIGXFSZ killing the process halfway through a file.
+  std::signal(SIGXFSZ, SIG_IGN);
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

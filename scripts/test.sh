@@ -1,9 +1,28 @@
 #!/usr/bin/env bash
 # The README's test command: set up, build (Release), run every test with ctest.
+#   scripts/test.sh             the normal build in build/
+#   scripts/test.sh --sanitize  attnmt's own code built with -fsanitize=address,undefined in build-sanitize/
+#                               (LibTorch is not instrumented; tests/sanitizer/lsan.supp lists what is
+#                               suppressed, each entry with the evidence that it is LibTorch's own)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+SANITIZE=0
+for a in "$@"; do
+  case "$a" in
+    --sanitize) SANITIZE=1 ;;
+    *) echo "usage: scripts/test.sh [--sanitize]" >&2; exit 2 ;;
+  esac
+done
 bash scripts/setup.sh
-bash scripts/build.sh
+if [ "$SANITIZE" = 1 ]; then
+  export BUILD_DIR=${BUILD_DIR:-build-sanitize}
+  bash scripts/build.sh -DATTNMT_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0:detect_odr_violation=0}
+  export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0}
+  export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests/sanitizer/ubsan.supp}
+else
+  bash scripts/build.sh
+fi
 BUILD_DIR=${BUILD_DIR:-build}
 start=$(date +%s)
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900)

@@ -2,6 +2,7 @@
 
 #include "common/config.h"
 #include "common/errors.h"
+#include "support.h"
 
 using attnmt::Config;
 using attnmt::UsageError;
@@ -154,5 +155,25 @@ TEST(Config, MissingDataFileNamesPath) {
     FAIL() << "missing file accepted";
   } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("data.train.src"), std::string::npos) << e.what();
+  }
+}
+
+// Found by scripts/fuzz.sh (tests/fuzz/regressions/config/number-overflow): a number beyond double's
+// range made nlohmann throw out_of_range, which escaped as a runtime failure (exit 1) instead of bad input.
+TEST(Config, NumberOutOfRangeIsBadInput) {
+  std::string dir = attnmt::test::temp_dir("cfg_overflow");
+  std::string path = attnmt::test::write_file(dir + "/c.json", R"({"train": {"lr": 1e444444}})");
+  try {
+    attnmt::load_config(path, {});
+    FAIL() << "expected UsageError";
+  } catch (const attnmt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  // Through --set the value is kept as a string, and validation names the key.
+  try {
+    attnmt::load_config("", {"train.lr=1e999"});
+    FAIL() << "expected UsageError";
+  } catch (const attnmt::UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("train.lr"), std::string::npos) << e.what();
   }
 }

@@ -45,6 +45,11 @@ TEST(Text, Tokenize13aPunctuationAndNumbers) {
   EXPECT_EQ(tokenize_13a_string("a &amp; b &lt;c&gt; &quot;q&quot;"), "a & b < c > \" q \"");
   EXPECT_EQ(tokenize_13a_string("Wait..."), "Wait . . .");
   EXPECT_EQ(tokenize_13a_string("Straße, café."), "Straße , café .");
+  // re.sub replaces non-overlapping matches, so a run of commas before a digit keeps the last one attached,
+  // and 13a is not idempotent (values from the reference regexes in Python; found by fuzz_tokenizer).
+  EXPECT_EQ(tokenize_13a_string("a,,,,5"), "a , , , ,5");
+  EXPECT_EQ(tokenize_13a_string("a , , , ,5"), "a , , , , 5");
+  EXPECT_EQ(tokenize_13a_string("0.,,,5 x"), "0 . , , , 5 x");
   EXPECT_EQ(tokenize_13a_string("  spaced   out  "), "spaced out");
   EXPECT_EQ(tokenize_13a_string(""), "");
 }

@@ -396,8 +396,8 @@ void apply_override(json& j, const std::string& assignment) {
   json value;
   try {
     value = json::parse(raw);
-  } catch (const json::parse_error&) {
-    value = raw;  // not JSON: a plain string such as a path
+  } catch (const json::exception&) {  // parse errors, and numbers out of double's range (1e400)
+    value = raw;  // not JSON: a plain string such as a path; validation then names the key
   }
   json* node = &j;
   std::string path;
@@ -425,7 +425,7 @@ json read_json_file(const std::string& file) {
   buf << in.rdbuf();
   try {
     return json::parse(buf.str());
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     std::string msg = e.what();
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep the readable part.
     auto pos = msg.find("] ");

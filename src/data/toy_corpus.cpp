@@ -410,6 +410,8 @@ std::vector<ToyPair> generate_toy_pairs(int n, const ToyCorpusOptions& opt, uint
 std::vector<ToyCorpusStats> write_toy_corpus(const std::string& dir, const ToyCorpusOptions& opt) {
   for (auto [name, v] : {std::pair{"--train", opt.train}, std::pair{"--valid", opt.valid}, std::pair{"--test", opt.test}})
     if (v < 1 || v > 10000000) throw UsageError(std::string(name) + ": must be in [1, 10000000]");
+  if (opt.min_len < 4) throw UsageError("--min-len: must be >= 4 (the shortest sentence has 4 tokens)");
+  if (opt.max_len < opt.min_len) throw UsageError("--max-len: must be >= --min-len");
   make_dirs(dir);
   std::vector<ToyCorpusStats> stats;
   std::unordered_set<std::string> seen;  // keep test and valid sentences out of train

@@ -5,12 +5,17 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cerrno>
+#include <cstring>
+#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
@@ -26,6 +31,11 @@ namespace fs = std::filesystem;
 
 namespace {
 std::atomic<int> g_stop_signal{0};
+// Tests set ATTNMT_TEST_SLOW_CHECKPOINT_MS to pause inside every checkpoint write.
+const int g_slow_write_ms = [] {
+  const char* v = std::getenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS");
+  return v ? std::atoi(v) : 0;
+}();
 extern "C" void on_signal(int s) { g_stop_signal.store(s); }
 
 double now_s() {
@@ -83,6 +93,40 @@ void append_line(const std::string& path, const std::string& line) {
   size_t w = std::fwrite(l.data(), 1, l.size(), f);
   int rc = std::fclose(f);
   if (w != l.size() || rc != 0) throw Error(path + ": write failed (disk full?)");
+}
+
+constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S] [%l] %v";
+
+// A process killed while writing leaves "NAME.tmp.PID" behind; such a file is never read, only removed.
+void remove_stale_temporaries(const std::string& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.find(".tmp.") != std::string::npos && it->is_regular_file()) {
+      std::error_code rm;
+      fs::remove(it->path(), rm);
+      if (!rm) spdlog::info("removed {} (left by an interrupted write)", it->path().string());
+    }
+  }
+}
+
+// On resume, validations logged after the checkpoint being resumed (a kill between the metrics line and the
+// checkpoint) are dropped, so that the resumed run's lines follow on without repeats.
+void drop_metrics_after(const std::string& path, int64_t step) {
+  if (!fs::is_regular_file(path)) return;
+  std::ifstream in(path, std::ios::binary);
+  std::string line, kept;
+  int dropped = 0;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  if (dropped == 0) return;
+  write_file_atomic(path, kept);
+  spdlog::info("{}: dropped {} line(s) logged after step {}, the step being resumed", path, dropped, step);
 }
 
 // Redraws run_dir/curves.svg from metrics.jsonl: loss, perplexity and BLEU against steps.
@@ -145,11 +189,32 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     ar.write("elapsed_s", f64(st.elapsed_s));
     ar.write("finished", i64(st.finished));
     ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
+    // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
+    // completed into the void, and the error is reported once it returns.
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error(path + ": cannot write checkpoint: " + std::strerror(errno));
+    int write_errno = 0;
+    bool slowed = false;
+    auto writer = [&](const void* data, size_t n) -> size_t {
+      if (write_errno == 0 && std::fwrite(data, 1, n, f) != n) write_errno = errno ? errno : EIO;
+      if (g_slow_write_ms > 0 && !slowed) {  // tests: widen the window in which a kill hits a half-written file
+        slowed = true;
+        std::fflush(f);
+        std::this_thread::sleep_for(std::chrono::milliseconds(g_slow_write_ms));
+      }
+      return n;
+    };
     try {
-      ar.save_to(tmp);
+      ar.save_to(writer);
     } catch (const c10::Error& e) {
-      throw Error(path + ": cannot write checkpoint (disk full?): " + e.what_without_backtrace());
+      std::fclose(f);
+      throw Error(path + ": cannot write checkpoint: " + e.what_without_backtrace());
     }
+    if (std::fflush(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
+    if (std::fclose(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
+    if (write_errno != 0)
+      throw Error(path + ": cannot write checkpoint: " + std::strerror(write_errno) + " (disk full or file size limit?)");
   });
 }
 
@@ -161,7 +226,21 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
     ar.load_from(path);
     torch::serialize::InputArchive m;
     ar.read("model", m);
+    // Module::load replaces each tensor with the stored one whatever its shape, so a checkpoint of another
+    // model config would load "fine" and fail later inside a matmul: compare every shape here instead.
+    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+    for (const auto& p : model->named_parameters()) shapes.emplace_back(p.key(), p.value().sizes().vec());
+    for (const auto& b : model->named_buffers()) shapes.emplace_back(b.key(), b.value().sizes().vec());
     model->load(m);
+    std::map<std::string, std::vector<int64_t>> loaded;
+    for (const auto& p : model->named_parameters()) loaded[p.key()] = p.value().sizes().vec();
+    for (const auto& b : model->named_buffers()) loaded[b.key()] = b.value().sizes().vec();
+    for (const auto& [name, want] : shapes) {
+      const auto& got = loaded[name];
+      if (got != want)
+        throw UsageError(path + ": checkpoint is from a different model config: " + name + " has shape " +
+                         c10::str(c10::IntArrayRef(got)) + ", the config gives " + c10::str(c10::IntArrayRef(want)));
+    }
     if (optim) {
       torch::serialize::InputArchive o;
       ar.read("optimizer", o);
@@ -242,20 +321,14 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   } else if (fs::exists(cfg_path) || fs::exists(last)) {
     if (!opt.overwrite)
       throw UsageError(dir + ": already holds a run; use --resume to continue it or --overwrite to replace it");
-    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
-      std::error_code ec;
-      fs::remove(dir + "/" + f, ec);
-    }
   }
-  make_dirs(dir);
-  if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
-  write_file_atomic(cfg_path, resolved.dump(2) + "\n");
-
-  // Everything logged from here on also goes to run_dir/train.log (appended on resume).
-  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
-  file_sink->set_pattern("[%Y-%m-%d %H:%M:%S] [%l] %v");
+  // Read everything (corpus, vocabularies, checkpoint) before touching the run directory: bad input
+  // then fails with nothing written, and --overwrite does not destroy a run before the new one can start.
+  // Log lines until then are kept and copied into train.log once it exists.
+  auto early = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(10000);
+  early->set_pattern(kLogPattern);
   auto logger = spdlog::default_logger();
-  logger->sinks().push_back(file_sink);
+  logger->sinks().push_back(early);
   struct RemoveSink {
     std::shared_ptr<spdlog::logger> logger;
     std::shared_ptr<spdlog::sinks::sink> sink;
@@ -263,29 +336,53 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       auto& s = logger->sinks();
       s.erase(std::remove(s.begin(), s.end(), sink), s.end());
     }
-  } remove_sink{logger, file_sink};
+  };
+  auto remove_early = std::make_unique<RemoveSink>(RemoveSink{logger, early});
 
   RunData data = prepare_data(cfg, opt.resume);
-  if (!opt.resume) {
-    data.src_vocab.save(dir + "/src.vocab");
-    data.tgt_vocab.save(dir + "/tgt.vocab");
-  }
-  spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
-               padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
-
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
   model->to(device);
   torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(cfg.train.lr));  // after moving the model
   spdlog::info("model: {} attention, {} parameters, device {}", cfg.model.attention.type, model->parameter_count(),
                device.str());
-
   TrainerState st;
   st.lr = cfg.train.lr;
   if (opt.resume) {
     st = load_checkpoint(last, model, &optim);
     spdlog::info("resumed from {} at step {} (epoch {}, batch {})", last, st.step, st.epoch + 1, st.batch_in_epoch);
   }
+
+  make_dirs(dir);
+  if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
+  if (!opt.resume && opt.overwrite) {
+    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
+      std::error_code ec;
+      fs::remove(dir + "/" + f, ec);
+    }
+  }
+  remove_stale_temporaries(dir);
+  if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", st.step);
+  write_file_atomic(cfg_path, resolved.dump(2) + "\n");
+  if (!opt.resume) {
+    data.src_vocab.save(dir + "/src.vocab");
+    data.tgt_vocab.save(dir + "/tgt.vocab");
+  }
+
+  // Everything logged from here on also goes to run_dir/train.log (appended on resume).
+  {
+    std::string early_lines;
+    for (const auto& l : early->last_formatted()) early_lines += l;
+    std::ofstream(dir + "/train.log", std::ios::app | std::ios::binary) << early_lines;
+  }
+  remove_early.reset();
+  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
+  file_sink->set_pattern(kLogPattern);
+  logger->sinks().push_back(file_sink);
+  RemoveSink remove_sink{logger, file_sink};
+
+  spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
+               padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
   auto set_lr = [&](double lr) {
     for (auto& g : optim.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
   };

@@ -1,0 +1,160 @@
+// Kill anywhere: a tiny training run is SIGKILLed at many random moments (checkpoint writes included) and
+// resumed each time; after every kill last.pt and best.pt either load or are absent, metrics.jsonl has only
+// whole lines. A file-size limit (ulimit -f) makes a checkpoint write fail like a full disk: training must
+// stop with a clear error and leave the previous checkpoint as it was.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "support.h"
+#include "data/vocab.h"
+#include "model/seq2seq.h"
+#include "train/trainer.h"
+
+extern char** environ;
+
+namespace attnmt::test {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Starts attnmt with the given arguments, output to log; returns the pid.
+pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {ATTNMT_BIN};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
+}
+
+// Loads a checkpoint of the run into a fresh model built from the run's own config and vocabularies.
+void expect_loads(const std::string& run, const std::string& name) {
+  SCOPED_TRACE(name);
+  Config cfg = config_from_json(read_json_file(run + "/config.json"));
+  Seq2Seq model(cfg.model, Vocab::load(run + "/src.vocab").size(), Vocab::load(run + "/tgt.vocab").size());
+  EXPECT_NO_THROW(load_checkpoint(run + "/" + name, model, nullptr));
+}
+
+// Every line of metrics.jsonl is a whole JSON object ending in a newline; returns the steps in order.
+std::vector<int64_t> metrics_steps(const std::string& path) {
+  std::vector<int64_t> steps;
+  std::string text = read_file(path);
+  if (text.empty()) return steps;
+  EXPECT_EQ(text.back(), '\n') << "torn last line in " << path;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("step")) << "torn line: " << line;
+    if (j.is_object() && j.contains("step")) steps.push_back(j["step"].get<int64_t>());
+  }
+  return steps;
+}
+
+bool has_temporaries(const std::string& dir) {
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) return true;
+  return false;
+}
+
+TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
+  std::string corpus = tiny_toy_corpus("kill", 160, 12, 4, 14);
+  std::string run = corpus + "/run";
+  Config c = tiny_config_for(corpus, run, "bahdanau");
+  c.train.batch_size = 8;
+  c.train.valid_every = 1;  // a validation and two checkpoint writes after every step
+  c.train.epochs = 1000;
+  c.train.early_stopping.patience = 0;
+  write_file(corpus + "/kill.json", config_to_json(c).dump(2));
+  const std::string log = corpus + "/kill.log";
+
+  // Each checkpoint write pauses 40 ms after its first bytes, so that many kills land inside a write.
+  ::setenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS", "40", 1);
+  std::mt19937 rng(20261129);
+  std::uniform_int_distribution<int> delay_ms(150, 1800);
+  const int kKills = 24;
+  int killed_mid_write = 0, with_checkpoint = 0;
+  for (int k = 0; k < kKills; ++k) {
+    SCOPED_TRACE("kill " + std::to_string(k + 1));
+    bool resume = fs::exists(run + "/last.pt");
+    pid_t pid = spawn_cli({"--log-level", "warn", "train", "-c", corpus + "/kill.json", resume ? "--resume" : "--overwrite"}, log);
+    ASSERT_GT(pid, 0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    ::kill(pid, SIGKILL);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the run ended before the kill:\n" << read_file(log);
+    if (!fs::is_directory(run)) continue;
+    if (has_temporaries(run)) ++killed_mid_write;
+    for (const char* name : {"last.pt", "best.pt"})
+      if (fs::exists(run + "/" + name)) expect_loads(run, name);
+    if (fs::exists(run + "/last.pt")) ++with_checkpoint;
+    metrics_steps(run + "/metrics.jsonl");
+  }
+  std::printf("kills: %d, with a checkpoint on disk: %d, during a write (temporary file left): %d\n", kKills,
+              with_checkpoint, killed_mid_write);
+  ::unsetenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS");
+  ASSERT_GT(with_checkpoint, kKills / 2);
+  EXPECT_GT(killed_mid_write, 0);
+
+  // A last, uninterrupted resume runs two more steps and cleans up what the kills left.
+  Config resumed = config_from_json(read_json_file(run + "/config.json"));
+  TrainerState before;
+  {
+    Seq2Seq model(resumed.model, Vocab::load(run + "/src.vocab").size(), Vocab::load(run + "/tgt.vocab").size());
+    before = load_checkpoint(run + "/last.pt", model, nullptr);
+  }
+  CliResult r = run_cli("--log-level warn train -c " + corpus + "/kill.json --resume --set train.max_steps=" +
+                        std::to_string(before.step + 2));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_FALSE(has_temporaries(run));
+  auto steps = metrics_steps(run + "/metrics.jsonl");
+  ASSERT_GE(steps.size(), 2u);
+  EXPECT_EQ(steps.back(), before.step + 2);
+  for (size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]) << "a validation repeated after a resume";
+}
+
+TEST(DiskFull, CheckpointWriteFailsClearlyAndKeepsThePreviousOne) {
+  std::string corpus = tiny_toy_corpus("diskfull", 64, 6, 4, 12);
+  std::string run = corpus + "/run";
+  Config c = tiny_config_for(corpus, run, "bahdanau");
+  c.train.batch_size = 16;
+  c.train.max_steps = 2;
+  write_file(corpus + "/c.json", config_to_json(c).dump(2));
+  ASSERT_EQ(run_cli("--log-level warn train -c " + corpus + "/c.json").code, 0);
+  const std::string last = read_file(run + "/last.pt"), best = read_file(run + "/best.pt");
+  ASSERT_GT(last.size(), 8192u);
+
+  // A file-size limit of half a checkpoint (in 1024-byte blocks): config, logs and metrics still fit.
+  std::string out = corpus + "/out.txt";
+  std::string cmd = "ulimit -f " + std::to_string(last.size() / 2048) + "; exec " + std::string(ATTNMT_BIN) +
+                    " train -c " + corpus + "/c.json --resume --set train.max_steps=4 >" + out + " 2>&1";
+  int rc = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(rc)) << "killed by a signal instead of failing cleanly:\n" << read_file(out);
+  EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);
+  std::string output = read_file(out);
+  EXPECT_NE(output.find("cannot write checkpoint"), std::string::npos) << output;
+  EXPECT_EQ(read_file(run + "/last.pt"), last);
+  EXPECT_EQ(read_file(run + "/best.pt"), best);
+  EXPECT_FALSE(has_temporaries(run));
+  expect_loads(run, "last.pt");
+}
+
+}  // namespace
+}  // namespace attnmt::test
