@@ -87,15 +87,28 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
   // Each checkpoint write pauses 40 ms after its first bytes, so that many kills land inside a write.
   ::setenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS", "40", 1);
   std::mt19937 rng(20261129);
-  std::uniform_int_distribution<int> delay_ms(150, 1800);
   const int kKills = 24;
   int killed_mid_write = 0, with_checkpoint = 0;
+  // The first run is timed up to its first checkpoint (start-up is slower under sanitizers); later kills
+  // fall anywhere from half that time to 1.2 s after it: start-up, steps, validations, checkpoint writes.
+  auto t_start = std::chrono::steady_clock::now();
+  int first_checkpoint_ms = 0;
   for (int k = 0; k < kKills; ++k) {
     SCOPED_TRACE("kill " + std::to_string(k + 1));
     bool resume = fs::exists(run + "/last.pt");
     pid_t pid = spawn_cli({"--log-level", "warn", "train", "-c", corpus + "/kill.json", resume ? "--resume" : "--overwrite"}, log);
     ASSERT_GT(pid, 0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    if (k == 0) {
+      t_start = std::chrono::steady_clock::now();
+      while (!fs::exists(run + "/last.pt") && std::chrono::steady_clock::now() - t_start < std::chrono::seconds(120))
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      first_checkpoint_ms = static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                 std::chrono::steady_clock::now() - t_start).count());
+      ASSERT_TRUE(fs::exists(run + "/last.pt")) << read_file(log);
+    } else {
+      std::uniform_int_distribution<int> delay_ms(first_checkpoint_ms / 2, first_checkpoint_ms + 1200);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms(rng)));
+    }
     ::kill(pid, SIGKILL);
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -107,8 +120,8 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
     if (fs::exists(run + "/last.pt")) ++with_checkpoint;
     metrics_steps(run + "/metrics.jsonl");
   }
-  std::printf("kills: %d, with a checkpoint on disk: %d, during a write (temporary file left): %d\n", kKills,
-              with_checkpoint, killed_mid_write);
+  std::printf("kills: %d (first checkpoint after %d ms), with a checkpoint on disk: %d, during a write (temporary file left): %d\n",
+              kKills, first_checkpoint_ms, with_checkpoint, killed_mid_write);
   ::unsetenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS");
   ASSERT_GT(with_checkpoint, kKills / 2);
   EXPECT_GT(killed_mid_write, 0);

@@ -36,11 +36,15 @@ std::string bucket_label(const BucketScore& b) {
   return std::to_string(b.min) + "-" + (b.max < 0 ? std::string("") : std::to_string(b.max));
 }
 
-// First and last buckets with sentences.
+// The shortest and the longest length buckets that hold at least 5% of the sentences: a bucket of one or
+// two sentences (Multi30k's test set has one source over 30 tokens) says nothing about long sentences.
 std::pair<const BucketScore*, const BucketScore*> ends(const RunSummary& r) {
   const BucketScore *first = nullptr, *last = nullptr;
+  int64_t total = 0;
+  for (const auto& b : r.eval.by_length) total += b.count;
+  const int64_t enough = std::max<int64_t>(1, (total + 19) / 20);
   for (const auto& b : r.eval.by_length)
-    if (b.count > 0) {
+    if (b.count >= enough) {
       if (!first) first = &b;
       last = &b;
     }

@@ -168,6 +168,34 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
     o.head_weights = a.head_weights;
     return o;
   }
+  if (!luong_style_ && !stepwise && teacher_forcing >= 1.0) {
+    // Bahdanau / none: the recurrence must be stepped (the context depends on s_{t-1}), but what does not
+    // feed back is batched over all steps: embeddings (one lookup and dropout) and the readout
+    // tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
+    torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+    std::vector<torch::Tensor> ys, ctxs, weights;
+    ys.reserve(static_cast<size_t>(T));
+    ctxs.reserve(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      torch::Tensor ctx;
+      if (attention_) {
+        AttentionOutput a = attention_->attend(state.rnn.h[layers_ - 1].unsqueeze(1), mem);  // queried with s_{t-1}
+        ctx = a.context.squeeze(1);
+        weights.push_back(a.weights.squeeze(1));
+        ctxs.push_back(ctx);
+      } else {
+        ctx = state.fixed;
+      }
+      auto [y, st] = rnn->forward(torch::cat({e_all.select(1, t), ctx}, -1).unsqueeze(1), state.rnn);
+      state.rnn = st;
+      ys.push_back(y.squeeze(1));
+    }
+    torch::Tensor Y = torch::stack(ys, 1);  // [B, T, H]
+    torch::Tensor C = attention_ ? torch::stack(ctxs, 1) : state.fixed.unsqueeze(1).expand({-1, T, -1});
+    o.readout = torch::tanh(combine(torch::cat({Y, C, e_all}, -1)));
+    if (!weights.empty()) o.weights = torch::stack(weights, 1);
+    return o;
+  }
   std::vector<torch::Tensor> readouts, weights, heads;
   readouts.reserve(static_cast<size_t>(T));
   torch::Tensor y_prev = tgt_in.select(1, 0);
