@@ -27,6 +27,7 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
             validate(cfg);
             check_data_files(cfg, true);
             torch::Device device = resolve_device(cfg.device);
+            if (auto w = blas_kernel_warning(); !w.empty() && device.is_cpu()) spdlog::warn("{}", w);
             spdlog::info("device: {}", device.str());
             TrainResult r = train(cfg, opt->train, device);
             if (r.exit_code == 0) spdlog::info("run directory: {}", cfg.run_dir);

@@ -15,6 +15,7 @@ extern "C" {
 int openblas_get_num_threads(void) __attribute__((weak));
 void openblas_set_num_threads(int) __attribute__((weak));
 char* openblas_get_config(void) __attribute__((weak));
+char* openblas_get_corename(void) __attribute__((weak));
 }
 
 namespace attnmt {
@@ -53,6 +54,18 @@ ThreadInfo setup_threads(int n, int intra) {
 
 std::string blas_info() {
   return openblas_get_config ? std::string(openblas_get_config()) : std::string("not OpenBLAS");
+}
+
+std::string blas_kernel_warning() {
+  if (!openblas_get_corename) return "";
+  std::string core = openblas_get_corename();
+  if (core != "Prescott" && core != "prescott") return "";
+  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
+  if (!better) return "";
+  return std::string("OpenBLAS uses its generic Prescott kernels on this CPU, which supports ") +
+         (better == std::string("SkylakeX") ? "AVX-512" : "AVX2") +
+         "; matrix products may run several times faster with OPENBLAS_CORETYPE=" + better +
+         " set in the environment (README, Performance)";
 }
 
 torch::Device resolve_device(const std::string& spec) {

@@ -23,6 +23,10 @@ ThreadInfo setup_threads(int n, int intra);
 // (the kernel family it picked for this CPU is named there), or "not OpenBLAS".
 std::string blas_info();
 
+// A warning when OpenBLAS runs its generic Prescott kernels on a CPU with AVX2 or AVX-512 (Debian's
+// OpenBLAS 0.3.21 does so on CPUs it does not recognise: 54 instead of 254 GFLOP/s measured here), else "".
+std::string blas_kernel_warning();
+
 // Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
 // but not available.
 torch::Device resolve_device(const std::string& spec);
