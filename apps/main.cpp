@@ -35,8 +35,8 @@ int main(int argc, char** argv) {
   // CLI11 reports a misspelled subcommand as "A subcommand is required"; name it instead.
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--log-level" || a == "--threads" || a == "--intra-threads" || a == "--device") {
-      ++i;  // skip the global option's value
+    if (const CLI::Option* o = app.get_option_no_throw(a); o && o->get_expected_min() > 0) {
+      ++i;  // skip the value of a global option such as --log-level
       continue;
     }
     if (!a.empty() && a[0] == '-') continue;

@@ -15,6 +15,7 @@
 
 #include "support.h"
 #include "data/vocab.h"
+#include "eval/evaluator.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
 
@@ -43,12 +44,10 @@ pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
   return rc == 0 ? pid : -1;
 }
 
-// Loads a checkpoint of the run into a fresh model built from the run's own config and vocabularies.
-void expect_loads(const std::string& run, const std::string& name) {
-  SCOPED_TRACE(name);
-  Config cfg = config_from_json(read_json_file(run + "/config.json"));
-  Seq2Seq model(cfg.model, Vocab::load(run + "/src.vocab").size(), Vocab::load(run + "/tgt.vocab").size());
-  EXPECT_NO_THROW(load_checkpoint(run + "/" + name, model, nullptr));
+// Loads a checkpoint ("last" or "best") the way evaluate and translate do: config, vocabularies, model.
+void expect_loads(const std::string& run, const std::string& which) {
+  SCOPED_TRACE(which);
+  EXPECT_NO_THROW(load_run(run, which, "cpu"));
 }
 
 // Every line of metrics.jsonl is a whole JSON object ending in a newline; returns the steps in order.
@@ -115,8 +114,8 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
     ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the run ended before the kill:\n" << read_file(log);
     if (!fs::is_directory(run)) continue;
     if (has_temporaries(run)) ++killed_mid_write;
-    for (const char* name : {"last.pt", "best.pt"})
-      if (fs::exists(run + "/" + name)) expect_loads(run, name);
+    for (const char* which : {"last", "best"})
+      if (fs::exists(run + "/" + which + ".pt")) expect_loads(run, which);
     if (fs::exists(run + "/last.pt")) ++with_checkpoint;
     metrics_steps(run + "/metrics.jsonl");
   }
@@ -166,7 +165,7 @@ TEST(DiskFull, CheckpointWriteFailsClearlyAndKeepsThePreviousOne) {
   EXPECT_EQ(read_file(run + "/last.pt"), last);
   EXPECT_EQ(read_file(run + "/best.pt"), best);
   EXPECT_FALSE(has_temporaries(run));
-  expect_loads(run, "last.pt");
+  expect_loads(run, "last");
 }
 
 }  // namespace
