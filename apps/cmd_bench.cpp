@@ -1,6 +1,8 @@
-// attnmt bench [--config FILE] [--attention TYPE|all] [--steps N] [--json]
+// attnmt bench [--config FILE] [--attention TYPE|all] [--steps N] [--json] [--nproc N]
 // Measures, in one process: the float32 matmul rate (the roofline), training throughput and MFU,
 // decoding throughput (batched greedy, batched beam 5, beam 5 one sentence at a time), peak memory.
+// With --nproc N (or WORLD_SIZE): data-parallel training throughput only, each rank on its slice of the
+// batch, with the time spent in the gradient all-reduce (inside the step, and alone).
 #include <sys/resource.h>
 
 #include <chrono>
@@ -20,6 +22,7 @@
 #include "eval/search.h"
 #include "model/flops.h"
 #include "model/seq2seq.h"
+#include "train/distributed.h"
 #include "train/trainer.h"
 
 namespace attnmt::cli {
@@ -54,6 +57,10 @@ struct BenchRow {
   int64_t params = 0;
   double train_tok_s = 0, train_gflops = 0, train_mfu = 0, train_flops_step = 0;
   double greedy_sent_s = 0, greedy_mfu = 0, beam_sent_s = 0, beam_single_sent_s = 0;
+  // data-parallel runs
+  double allreduce_step_ms = 0;   // inside the training step (includes waiting for the slowest rank)
+  double allreduce_alone_ms = 0;  // back-to-back all-reduces of the same buckets, ranks in step
+  double gradient_mb = 0;
 };
 
 std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
@@ -79,6 +86,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
     int min_len = 20, max_len = 30;  // synthetic sentence lengths
     bool input_feeding = false;    // luong/scaled_dot with input feeding
     bool json = false;             // JSON output
+    int nproc = 1;                 // data-parallel workers (training only)
   };
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("bench", "Measure training/decoding throughput against this machine's matmul rate");
@@ -90,6 +98,9 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--vocab", opt->vocab, "Source/target vocabulary size")->capture_default_str()->check(CLI::Range(8, 1000000));
   app->add_flag("--input-feeding", opt->input_feeding, "Benchmark luong/scaled_dot with input feeding");
   app->add_flag("--json", opt->json, "Print JSON");
+  app->add_option("--nproc", opt->nproc, "Measure data-parallel training in N local processes (training only)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   return {app, [opt, &g]() -> int {
             ModelConfig base;
             base.rnn = "gru";
@@ -98,9 +109,23 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             base.bidirectional = true;
             base.dropout = 0.0;
             if (!opt->config.empty()) base = load_config(opt->config, {}).model;
+            DistSpec spec = dist_spec_from_env();
+            if (opt->nproc > 1 && std::getenv(kLocalWorkerEnv) == nullptr) {
+              if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set; use one or the other");
+              variants(opt->attention);  // bad input fails here, once
+              return launch_local_workers(opt->nproc);
+            }
             torch::Device dev = resolve_device(g.device.empty() ? "cpu" : g.device);
-            const double roof = matmul_gflops(dev);
-            spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20)", roof);
+            std::unique_ptr<Distributed> dist;
+            if (spec.world > 1) dist = std::make_unique<Distributed>(spec, dev, std::chrono::minutes(10));
+            const bool main_rank = !dist || dist->is_main();
+            double roof = matmul_gflops(dev);
+            if (dist) {  // the ranks measure at the same time; the machine's roofline is their sum
+              torch::Tensor t = torch::tensor({roof}, torch::kDouble);
+              dist->allreduce_sum_(t);
+              roof = t.item<double>();
+            }
+            spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20{})", roof, dist ? ", summed over the ranks" : "");
             // Synthetic batch: lengths spread over [min_len, max_len], random ids.
             torch::manual_seed(1);
             std::vector<EncodedPair> data;
@@ -116,7 +141,8 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             std::vector<int64_t> all(data.size());
             std::iota(all.begin(), all.end(), 0);
             Batch batch = make_batch(data, all);
-            Batch dbatch = batch.to(dev);
+            // A data-parallel rank trains on its slice; FLOPs and tokens stay those of the whole batch.
+            Batch dbatch = (dist ? make_batch(data, shard_rows(all, dist->rank(), dist->world())) : batch).to(dev);
             const int64_t S = batch.src.size(1), T = batch.tgt_out.size(1);
             std::vector<BenchRow> rows;
             for (auto& [name, att] : variants(opt->attention)) {
@@ -126,6 +152,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               Seq2Seq model(m, opt->vocab, opt->vocab);
               model->to(dev);
               torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(1e-3));
+              if (dist) dist->attach_gradient_buckets(model->parameters());
               BenchRow r;
               r.name = name + (m.input_feeding ? "+feeding" : "");
               r.params = model->parameter_count();
@@ -133,15 +160,20 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
               r.train_flops_step = fc.train_step();
               auto train_step = [&]() {
-                optim.zero_grad();
+                if (dist)
+                  dist->zero_gradients();
+                else
+                  optim.zero_grad();
                 auto out = model->forward(dbatch.src, dbatch.src_len, dbatch.src_mask, dbatch.tgt_in);
                 auto loss = sequence_loss(out.logits, dbatch.tgt_out, 0.0) / static_cast<double>(batch.tgt_tokens);
                 loss.backward();
+                if (dist) dist->allreduce_gradients();
                 torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
                 optim.step();
                 return loss;
               };
               for (int i = 0; i < 3; ++i) train_step();  // warm-up
+              const CommStats before = dist ? dist->stats() : CommStats{};
               double t0 = now_s();
               torch::Tensor last;
               for (int i = 0; i < opt->steps; ++i) last = train_step();
@@ -150,6 +182,21 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               r.train_tok_s = static_cast<double>(batch.tgt_tokens) * opt->steps / dt;
               r.train_gflops = r.train_flops_step * opt->steps / dt / 1e9;
               r.train_mfu = r.train_gflops / roof;
+              if (dist) {
+                const CommStats& after = dist->stats();
+                r.allreduce_step_ms = 1e3 * (after.gradient_seconds - before.gradient_seconds) /
+                                      static_cast<double>(after.gradient_allreduces - before.gradient_allreduces);
+                r.gradient_mb = static_cast<double>(after.gradient_bytes) / 1e6;
+                dist->barrier();
+                const CommStats alone = dist->stats();
+                const int reps = 10;
+                for (int i = 0; i < reps; ++i) dist->allreduce_gradients();
+                r.allreduce_alone_ms = 1e3 * (dist->stats().gradient_seconds - alone.gradient_seconds) / reps;
+                spdlog::info("{}: {:.0f} target tok/s over {} ranks, gradient all-reduce {:.1f} ms in the step, {:.1f} ms alone ({:.1f} MB)",
+                             name, r.train_tok_s, dist->world(), r.allreduce_step_ms, r.allreduce_alone_ms, r.gradient_mb);
+                rows.push_back(r);
+                continue;  // decoding is not data-parallel
+              }
               // Decoding: 30 steps of batched greedy (a fixed length so that every type does the same work).
               model->eval();
               {
@@ -192,6 +239,26 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               rows.push_back(r);
             }
             const double rss = peak_rss_mb();
+            if (!main_rank) return 0;
+            if (dist) {
+              nlohmann::json j = {{"matmul_gflops", roof}, {"blas", blas_info()}, {"world_size", dist->world()},
+                                  {"backend", dist->backend()}, {"batch", opt->batch}, {"steps", opt->steps},
+                                  {"peak_rss_mb_rank0", rss}, {"rows", nlohmann::json::array()}};
+              for (const auto& r : rows)
+                j["rows"].push_back({{"attention", r.name}, {"train_tokens_per_s", r.train_tok_s}, {"train_mfu", r.train_mfu},
+                                     {"allreduce_ms_in_step", r.allreduce_step_ms}, {"allreduce_ms_alone", r.allreduce_alone_ms},
+                                     {"gradient_mb", r.gradient_mb}});
+              if (opt->json) {
+                std::cout << j.dump(2) << "\n";
+              } else {
+                std::printf("data-parallel: %d ranks (%s), batch %d in all\n", dist->world(), dist->backend().c_str(), opt->batch);
+                std::printf("%-18s %11s %6s %14s %14s %9s\n", "attention", "train tok/s", "MFU", "allreduce/step", "allreduce alone", "grad MB");
+                for (const auto& r : rows)
+                  std::printf("%-18s %11.0f %5.0f%% %11.1f ms %12.1f ms %9.1f\n", r.name.c_str(), r.train_tok_s, 100 * r.train_mfu,
+                              r.allreduce_step_ms, r.allreduce_alone_ms, r.gradient_mb);
+              }
+              return 0;
+            }
             if (opt->json) {
               nlohmann::json j = {{"matmul_gflops", roof}, {"blas", blas_info()}, {"blas_warning", blas_kernel_warning()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};

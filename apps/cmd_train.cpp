@@ -1,10 +1,13 @@
-// attnmt train --config FILE [--set key=value]... [--resume] [--overwrite]
+// attnmt train --config FILE [--set key=value]... [--resume] [--overwrite] [--nproc N] [--dist-timeout S]
+#include <cstdlib>
+
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/runtime.h"
+#include "train/distributed.h"
 #include "train/trainer.h"
 
 namespace attnmt::cli {
@@ -14,6 +17,8 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
     std::string config;                  // JSON config file
     std::vector<std::string> overrides;  // --set key.path=value
     TrainOptions train;                  // --resume / --overwrite
+    int nproc = 1;                       // local data-parallel workers
+    double dist_timeout_s = 600;         // how long a rank waits for the others
   };
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("train", "Train a model from a JSON config");
@@ -21,13 +26,34 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--set", opt->overrides, "Override a config key: key.path=value (repeatable)");
   auto* resume = app->add_flag("--resume", opt->train.resume, "Continue the run in run_dir from last.pt");
   app->add_flag("--overwrite", opt->train.overwrite, "Replace an existing run in run_dir")->excludes(resume);
+  app->add_option("--nproc", opt->nproc,
+                  "Train data-parallel in N local processes (c10d/Gloo on 127.0.0.1); across machines set RANK, "
+                  "WORLD_SIZE, MASTER_ADDR, MASTER_PORT instead")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app->add_option("--dist-timeout", opt->dist_timeout_s, "Seconds a rank waits for the others before giving up")
+      ->check(CLI::Range(1.0, 86400.0))
+      ->capture_default_str();
   return {app, [opt, &g]() -> int {
             Config cfg = load_config(opt->config, opt->overrides);
             if (!g.device.empty()) cfg.device = g.device;
             validate(cfg);
             check_data_files(cfg, true);
+            DistSpec spec = dist_spec_from_env();
+            const bool worker = std::getenv(kLocalWorkerEnv) != nullptr;
+            if (opt->nproc > 1 && !worker) {
+              if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set (launched by torchrun or a scheduler); use one or the other");
+              return launch_local_workers(opt->nproc);
+            }
             torch::Device device = resolve_device(cfg.device);
-            if (auto w = blas_kernel_warning(); !w.empty() && device.is_cpu()) spdlog::warn("{}", w);
+            std::unique_ptr<Distributed> dist;
+            if (spec.world > 1) {
+              if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.local_rank));
+              dist = std::make_unique<Distributed>(spec, device,
+                                                   std::chrono::milliseconds(static_cast<int64_t>(opt->dist_timeout_s * 1000)));
+              opt->train.dist = dist.get();
+            }
+            if (auto w = blas_kernel_warning(); !w.empty() && device.is_cpu() && spec.rank == 0) spdlog::warn("{}", w);
             spdlog::info("device: {}", device.str());
             TrainResult r = train(cfg, opt->train, device);
             if (r.exit_code == 0) spdlog::info("run directory: {}", cfg.run_dir);

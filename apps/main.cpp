@@ -1,6 +1,8 @@
 // attnmt: the command-line entry point. Parses arguments, sets up logging, threads and device,
 // and hands over to one subcommand. Exit codes: 0 ok, 1 runtime failure, 2 usage/config/input error.
 #include <csignal>
+#include <cstdlib>
+#include <thread>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -68,7 +70,16 @@ int main(int argc, char** argv) {
 
   try {
     setup_logging(g.log_level);
-    ThreadInfo t = setup_threads(g.threads, g.intra_threads);
+    // In a data-parallel job rank 0 speaks for all; the other ranks only warn and fail, under their rank.
+    if (const char* r = std::getenv("RANK"); r && std::atoi(r) > 0) {
+      spdlog::set_pattern(std::string("[%H:%M:%S] [%^%l%$] [rank ") + r + "] %v");
+      if (spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
+    }
+    // Data-parallel workers on one machine share its cores unless --threads says otherwise.
+    int threads = g.threads;
+    if (const char* lw = std::getenv("LOCAL_WORLD_SIZE"); lw && threads == 0 && std::atoi(lw) > 1)
+      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::atoi(lw));
+    ThreadInfo t = setup_threads(threads, g.intra_threads);
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
     spdlog::info("threads: LibTorch intra-op {}, BLAS {}", t.intra_op,
                  t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas));

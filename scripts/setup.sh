@@ -3,7 +3,8 @@
 # and makes sure the active BLAS is OpenBLAS (about 50x faster than the reference BLAS here).
 set -euo pipefail
 
-PACKAGES=(cmake g++ make ccache libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libopenblas0-pthread)
+# libgloo-dev: Gloo's headers, which LibTorch's c10d needs for distributed training (attnmt train --nproc).
+PACKAGES=(cmake g++ make ccache libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libopenblas0-pthread libgloo-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

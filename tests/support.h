@@ -1,9 +1,14 @@
 // Shared test helpers: temporary directories, file writing, running the CLI, shared corpora.
 #pragma once
+#include <fcntl.h>
+#include <spawn.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -44,6 +49,31 @@ inline CliResult run_cli(const std::string& args, const std::string& stdin_file 
   r.code = WIFEXITED(rc) ? WEXITSTATUS(rc) : 128 + WTERMSIG(rc);
   r.output = read_file(out);
   return r;
+}
+
+// Starts attnmt with the given arguments (and extra NAME=VALUE environment entries), stdout and stderr
+// appended to log; returns the pid, or -1.
+inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log,
+                       const std::vector<std::string>& extra_env = {}) {
+  std::vector<std::string> all = {ATTNMT_BIN};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_strings(extra_env);
+  for (char** e = environ; *e; ++e) env_strings.push_back(*e);  // earlier entries win for getenv
+  std::vector<char*> envp;
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&fa, 1, 2);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  return rc == 0 ? pid : -1;
 }
 
 inline std::string source_dir() { return ATTNMT_SOURCE_DIR; }

@@ -2,9 +2,7 @@
 // resumed each time; after every kill last.pt and best.pt either load or are absent, metrics.jsonl has only
 // whole lines. A file-size limit (ulimit -f) makes a checkpoint write fail like a full disk: training must
 // stop with a clear error and leave the previous checkpoint as it was.
-#include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 
 #include <chrono>
@@ -19,30 +17,10 @@
 #include "model/seq2seq.h"
 #include "train/trainer.h"
 
-extern char** environ;
-
 namespace attnmt::test {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Starts attnmt with the given arguments, output to log; returns the pid.
-pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log) {
-  std::vector<std::string> all = {ATTNMT_BIN};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  pid_t pid = -1;
-  int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc == 0 ? pid : -1;
-}
 
 // Loads a checkpoint ("last" or "best") the way evaluate and translate do: config, vocabularies, model.
 void expect_loads(const std::string& run, const std::string& which) {

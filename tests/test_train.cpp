@@ -53,6 +53,10 @@ TEST(Train, SameSeedSameNumbers) {
       EXPECT_EQ(ma[i][k], mb[i][k]) << k << " at validation " << i;
   for (const char* f : {"config.json", "src.vocab", "tgt.vocab", "best.pt", "last.pt"})
     EXPECT_TRUE(std::filesystem::exists(a + "/" + f)) << f;
+  // Lines logged before the run directory existed (corpus and vocabulary) are copied into train.log.
+  std::string log = test::read_file(a + "/train.log");
+  EXPECT_NE(log.find("pairs read"), std::string::npos) << log.substr(0, 300);
+  EXPECT_NE(log.find("vocabularies: source"), std::string::npos);
 }
 
 TEST(Train, ResumeGivesTheSameTrajectory) {

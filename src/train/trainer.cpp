@@ -23,6 +23,7 @@
 #include "data/text.h"
 #include "eval/bleu.h"
 #include "eval/search.h"
+#include "train/distributed.h"
 #include "viz/charts.h"
 
 namespace attnmt {
@@ -165,7 +166,15 @@ torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& ta
                           F::CrossEntropyFuncOptions().ignore_index(Vocab::kPad).reduction(torch::kSum).label_smoothing(label_smoothing));
 }
 
-void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st) {
+std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
+  TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_rows: rank ", rank, " of ", world);
+  const size_t n = rows.size(), w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
+  return std::vector<int64_t>(rows.begin() + static_cast<std::ptrdiff_t>(r * n / w),
+                              rows.begin() + static_cast<std::ptrdiff_t>((r + 1) * n / w));
+}
+
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
+                     const std::vector<torch::Tensor>& rank_rng) {
   write_atomic_with(path, [&](const std::string& tmp) {
     torch::serialize::OutputArchive ar;
     torch::serialize::OutputArchive m;
@@ -189,6 +198,10 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     ar.write("elapsed_s", f64(st.elapsed_s));
     ar.write("finished", i64(st.finished));
     ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    if (!rank_rng.empty()) {
+      ar.write("world_size", i64(static_cast<int64_t>(rank_rng.size())));
+      for (size_t r = 1; r < rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), rank_rng[r]);
+    }
     // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
     // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
     // completed into the void, and the error is reported once it returns.
@@ -218,7 +231,8 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
   });
 }
 
-TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim) {
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank,
+                             bool* rank_rng_found) {
   if (!fs::is_regular_file(path)) throw UsageError(path + ": checkpoint not found");
   TrainerState st;
   try {
@@ -268,6 +282,12 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
     st.finished = i64("finished") != 0;
     torch::Tensor rng;
     ar.read("rng_cpu", rng);
+    if (rank > 0) {
+      torch::Tensor own;
+      bool found = ar.try_read("rng_cpu_rank" + std::to_string(rank), own);
+      if (found) rng = own;
+      if (rank_rng_found) *rank_rng_found = found;
+    }
     auto gen = at::detail::getDefaultCPUGenerator();
     gen.set_state(rng);
   } catch (const c10::Error& e) {
@@ -310,6 +330,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   const std::string dir = cfg.run_dir;
   const std::string last = dir + "/last.pt", best = dir + "/best.pt", cfg_path = dir + "/config.json";
   nlohmann::json resolved = config_to_json(cfg);
+  Distributed* dist = opt.dist;
+  const bool main_rank = !dist || dist->is_main();  // the rank that validates, logs and writes run_dir
+  const int rank = dist ? dist->rank() : 0, world = dist ? dist->world() : 1;
   if (opt.resume) {
     if (!fs::is_regular_file(last)) throw UsageError(dir + ": nothing to resume (no last.pt)");
     if (fs::is_regular_file(cfg_path)) {
@@ -318,7 +341,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       if (a["model"] != b["model"] || a["data"] != b["data"])
         throw UsageError(dir + ": the config's model or data section differs from the run being resumed");
     }
-  } else if (fs::exists(cfg_path) || fs::exists(last)) {
+  } else if (main_rank && (fs::exists(cfg_path) || fs::exists(last))) {
     if (!opt.overwrite)
       throw UsageError(dir + ": already holds a run; use --resume to continue it or --overwrite to replace it");
   }
@@ -329,15 +352,19 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   early->set_pattern(kLogPattern);
   auto logger = spdlog::default_logger();
   logger->sinks().push_back(early);
+  // Detaches a sink when it goes out of scope (not copyable: a copy's destructor would detach it early).
   struct RemoveSink {
     std::shared_ptr<spdlog::logger> logger;
     std::shared_ptr<spdlog::sinks::sink> sink;
+    RemoveSink(std::shared_ptr<spdlog::logger> l, std::shared_ptr<spdlog::sinks::sink> s) : logger(std::move(l)), sink(std::move(s)) {}
+    RemoveSink(const RemoveSink&) = delete;
+    RemoveSink& operator=(const RemoveSink&) = delete;
     ~RemoveSink() {
       auto& s = logger->sinks();
       s.erase(std::remove(s.begin(), s.end(), sink), s.end());
     }
   };
-  auto remove_early = std::make_unique<RemoveSink>(RemoveSink{logger, early});
+  auto remove_early = std::make_unique<RemoveSink>(logger, early);
 
   RunData data = prepare_data(cfg, opt.resume);
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
@@ -348,38 +375,62 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
                device.str());
   TrainerState st;
   st.lr = cfg.train.lr;
+  if (dist && !opt.resume) torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg.train.seed), 1000 + rank));  // own dropout
   if (opt.resume) {
-    st = load_checkpoint(last, model, &optim);
+    bool own_rng = true;
+    st = load_checkpoint(last, model, &optim, rank, &own_rng);
     spdlog::info("resumed from {} at step {} (epoch {}, batch {})", last, st.step, st.epoch + 1, st.batch_in_epoch);
-  }
-
-  make_dirs(dir);
-  if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
-  if (!opt.resume && opt.overwrite) {
-    for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
-      std::error_code ec;
-      fs::remove(dir + "/" + f, ec);
+    if (!own_rng) {
+      torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg.train.seed) + static_cast<uint64_t>(st.step), 1000 + rank));
+      spdlog::warn("{}: no random state saved for rank {} (run with fewer ranks before); dropout masks start afresh", last, rank);
     }
   }
-  remove_stale_temporaries(dir);
-  if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", st.step);
-  write_file_atomic(cfg_path, resolved.dump(2) + "\n");
-  if (!opt.resume) {
-    data.src_vocab.save(dir + "/src.vocab");
-    data.tgt_vocab.save(dir + "/tgt.vocab");
+  if (dist) {
+    // Every rank starts from rank 0's weights (same seed makes them equal already; resuming ranks read the same file).
+    std::vector<torch::Tensor> state;
+    for (auto& p : model->parameters()) state.push_back(p.data());
+    for (auto& b : model->buffers()) state.push_back(b.data());
+    dist->broadcast_(state);
+    dist->attach_gradient_buckets(model->parameters());
+    spdlog::info("data-parallel: rank {} of {} ({}), {} gradient bucket(s) of {:.1f} MB in all", rank, world,
+                 dist->backend(), dist->stats().buckets, dist->stats().gradient_bytes / 1e6);
   }
+  // The random state of every rank, for checkpoints (collective: all ranks call it at the same points).
+  auto rank_rng_states = [&]() -> std::vector<torch::Tensor> {
+    if (!dist) return {};
+    return dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
+  };
 
-  // Everything logged from here on also goes to run_dir/train.log (appended on resume).
-  {
-    std::string early_lines;
-    for (const auto& l : early->last_formatted()) early_lines += l;
-    std::ofstream(dir + "/train.log", std::ios::app | std::ios::binary) << early_lines;
+  std::optional<RemoveSink> remove_sink;
+  if (main_rank) {
+    make_dirs(dir);
+    if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
+    if (!opt.resume && opt.overwrite) {
+      for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
+        std::error_code ec;
+        fs::remove(dir + "/" + f, ec);
+      }
+    }
+    remove_stale_temporaries(dir);
+    if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", st.step);
+    write_file_atomic(cfg_path, resolved.dump(2) + "\n");
+    if (!opt.resume) {
+      data.src_vocab.save(dir + "/src.vocab");
+      data.tgt_vocab.save(dir + "/tgt.vocab");
+    }
+
+    // Everything logged from here on also goes to run_dir/train.log (appended on resume).
+    {
+      std::string early_lines;
+      for (const auto& l : early->last_formatted()) early_lines += l;
+      std::ofstream(dir + "/train.log", std::ios::app | std::ios::binary) << early_lines;
+    }
+    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
+    file_sink->set_pattern(kLogPattern);
+    logger->sinks().push_back(file_sink);
+    remove_sink.emplace(logger, file_sink);
   }
   remove_early.reset();
-  auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
-  file_sink->set_pattern(kLogPattern);
-  logger->sinks().push_back(file_sink);
-  RemoveSink remove_sink{logger, file_sink};
 
   spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
                padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
@@ -404,13 +455,24 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   const double t0 = now_s();
   double window_loss = 0, window_tokens = 0, window_t = now_s();
   int64_t window_tgt_tokens = 0;
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
+  const bool tty = main_rank && ::isatty(STDERR_FILENO) != 0;
+  auto comm_note = [&]() -> std::string {
+    if (!dist || dist->stats().gradient_allreduces == 0) return "";
+    const auto& cs = dist->stats();
+    return fmt::format(", gradient all-reduce {:.1f} ms/step", 1e3 * cs.gradient_seconds / static_cast<double>(cs.gradient_allreduces));
+  };
   double last_progress = 0;
 
   const double base_elapsed = st.elapsed_s;
   auto update_elapsed = [&]() { st.elapsed_s = base_elapsed + (now_s() - t0); };
   auto do_validation = [&](int64_t reported_epoch) {
-    ValidationResult v = validate(model, data, cfg, device);
+    ValidationResult v;
+    if (main_rank) v = validate(model, data, cfg, device);
+    if (dist) {  // the others take rank 0's figures, so that LR schedule and early stopping agree
+      torch::Tensor t = torch::tensor({v.loss, v.ppl, v.bleu}, torch::kDouble);
+      dist->broadcast_({t});
+      v = {t[0].item<double>(), t[1].item<double>(), t[2].item<double>()};
+    }
     update_elapsed();
     double elapsed = st.elapsed_s;
     double train_loss = window_tokens > 0 ? window_loss / window_tokens : 0.0;
@@ -435,14 +497,18 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     nlohmann::json m = {{"step", st.step},        {"epoch", reported_epoch + 1},     {"train_loss", train_loss},
                         {"valid_loss", v.loss},   {"valid_ppl", v.ppl},        {"valid_bleu", v.bleu},
                         {"lr", st.lr},            {"tokens_per_s", tps},       {"elapsed_s", elapsed}};
-    append_line(dir + "/metrics.jsonl", m.dump());
-    write_curves(dir);
-    if (tty) std::fprintf(stderr, "\r\033[K");
-    spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
-                 st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");
+    if (dist) m["world_size"] = world;
     result.validations.push_back(v);
-    if (improved) save_checkpoint(best, model, &optim, st);
-    save_checkpoint(last, model, &optim, st);
+    auto rngs = rank_rng_states();
+    if (main_rank) {
+      append_line(dir + "/metrics.jsonl", m.dump());
+      write_curves(dir);
+      if (tty) std::fprintf(stderr, "\r\033[K");
+      spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
+                   st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");
+      if (improved) save_checkpoint(best, model, &optim, st, rngs);
+      save_checkpoint(last, model, &optim, st, rngs);
+    }
     window_loss = window_tokens = 0;
     window_tgt_tokens = 0;
     window_t = now_s();
@@ -465,14 +531,37 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true);
     const int64_t per_epoch = static_cast<int64_t>(plan.size());
     while (st.batch_in_epoch < per_epoch) {
-      Batch b = make_batch(data.train, plan[static_cast<size_t>(st.batch_in_epoch)]).to(device);
-      optim.zero_grad();
-      auto out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, cfg.train.teacher_forcing);
-      torch::Tensor loss_sum = sequence_loss(out.logits, b.tgt_out, cfg.train.label_smoothing);
-      torch::Tensor loss = loss_sum / static_cast<double>(b.tgt_tokens);
-      loss.backward();
-      double lv = loss_sum.item<double>();
+      const auto& rows = plan[static_cast<size_t>(st.batch_in_epoch)];
+      // The loss is summed over the batch's target tokens and divided by their number in the whole batch,
+      // so that gradients summed over the ranks' slices equal the one-process gradient.
+      int64_t batch_tokens = 0;
+      for (int64_t i : rows) batch_tokens += static_cast<int64_t>(data.train[static_cast<size_t>(i)].tgt.size()) + 1;
+      const std::vector<int64_t> mine = dist ? shard_rows(rows, rank, world) : rows;
+      if (dist)
+        dist->zero_gradients();
+      else
+        optim.zero_grad();
+      double lv = 0;
+      if (!mine.empty()) {  // a batch with fewer rows than ranks leaves some ranks without a slice
+        Batch b = make_batch(data.train, mine).to(device);
+        auto out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, cfg.train.teacher_forcing);
+        torch::Tensor loss_sum = sequence_loss(out.logits, b.tgt_out, cfg.train.label_smoothing);
+        (loss_sum / static_cast<double>(batch_tokens)).backward();
+        lv = loss_sum.item<double>();
+      }
       if (nan_at_step > 0 && st.step + 1 == nan_at_step) lv = std::nan("");  // fault injection for tests
+      int sig = g_stop_signal.load();
+      bool time_up = cfg.train.max_minutes > 0 && (base_elapsed + now_s() - t0) / 60.0 >= cfg.train.max_minutes;
+      if (dist) {
+        dist->allreduce_gradients();
+        // One small sum carries what every rank must agree on: the batch loss, stop requests, rank 0's clock.
+        torch::Tensor c = torch::tensor({lv, sig == SIGINT ? 1.0 : 0.0, sig != 0 && sig != SIGINT ? 1.0 : 0.0,
+                                         main_rank && time_up ? 1.0 : 0.0}, torch::kDouble);
+        dist->allreduce_sum_(c);
+        lv = c[0].item<double>();
+        sig = c[2].item<double>() > 0 ? SIGTERM : c[1].item<double>() > 0 ? SIGINT : 0;
+        time_up = c[3].item<double>() > 0;
+      }
       if (!std::isfinite(lv)) {
         throw Error("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " +
                     std::to_string(st.step + 1) + "; last good checkpoint: " +
@@ -483,8 +572,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       ++st.step;
       ++st.batch_in_epoch;
       window_loss += lv;
-      window_tokens += static_cast<double>(b.tgt_tokens);
-      window_tgt_tokens += b.tgt_tokens;
+      window_tokens += static_cast<double>(batch_tokens);
+      window_tgt_tokens += batch_tokens;
       double now = now_s();
       if (tty && now - last_progress > 0.25) {
         double tps = window_tgt_tokens / std::max(1e-9, now - window_t);
@@ -493,9 +582,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
                      window_loss / std::max(1.0, window_tokens), tps);
         last_progress = now;
       } else if (!tty && st.step % cfg.train.log_every == 0) {
-        spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s", st.epoch + 1, st.step, st.batch_in_epoch,
+        spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s{}", st.epoch + 1, st.step, st.batch_in_epoch,
                      per_epoch, window_loss / std::max(1.0, window_tokens),
-                     window_tgt_tokens / std::max(1e-9, now - window_t));
+                     window_tgt_tokens / std::max(1e-9, now - window_t), comm_note());
       }
       const bool at_epoch_end = st.batch_in_epoch == per_epoch;
       if (at_epoch_end) {  // move the position to the next epoch before any checkpoint
@@ -503,7 +592,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
         st.batch_in_epoch = 0;
       }
       const bool step_limit = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
-      const bool time_limit = cfg.train.max_minutes > 0 && (base_elapsed + now - t0) / 60.0 >= cfg.train.max_minutes;
+      const bool time_limit = time_up;
       if (at_epoch_end || (cfg.train.valid_every > 0 && st.step % cfg.train.valid_every == 0)) {
         do_validation(at_epoch_end ? st.epoch - 1 : st.epoch);  // report the epoch the step belongs to
         last_validated = st.step;
@@ -514,10 +603,11 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
         last_validated = st.step;
       }
       if (st.finished) stop = true;
-      int sig = g_stop_signal.load();
+      if (!dist) sig = g_stop_signal.load();  // one process also stops for a signal that came during validation
       update_elapsed();
       if (sig != 0) {
-        save_checkpoint(last, model, &optim, st);
+        auto rngs = rank_rng_states();
+        if (main_rank) save_checkpoint(last, model, &optim, st, rngs);
         spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
         result.state = st;
         result.exit_code = 128 + sig;
@@ -528,9 +618,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   }
   st.finished = true;
   update_elapsed();
-  save_checkpoint(last, model, &optim, st);
-  spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}", st.step,
-               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, best, last);
+  auto rngs = rank_rng_states();
+  if (main_rank) save_checkpoint(last, model, &optim, st, rngs);
+  spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}{}", st.step,
+               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, best, last, comm_note());
   result.state = st;
   return result;
 }

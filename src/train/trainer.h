@@ -14,9 +14,14 @@
 
 namespace attnmt {
 
+class Distributed;
+
 struct TrainOptions {
   bool resume = false;     // continue from run_dir/last.pt
   bool overwrite = false;  // replace an existing run in run_dir
+  // Data-parallel group, or null for one process. Each rank trains on its slice of every batch; only
+  // rank 0 validates, logs and writes the run directory (which every rank must see to resume).
+  Distributed* dist = nullptr;
 };
 
 // What is saved with every checkpoint besides model and optimizer.
@@ -55,8 +60,17 @@ struct RunData {
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
 
 // Checkpoint I/O. load_checkpoint throws UsageError on a missing, truncated or mismatched file.
-void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st);
-TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim);
+// rank_rng[r] (r >= 1) is the CPU generator state of rank r in a data-parallel run, kept for exact resume.
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
+                     const std::vector<torch::Tensor>& rank_rng = {});
+// Restores model, optimizer and the CPU generator (rank `rank`'s state where the checkpoint has one; returns
+// false in rank_rng_found when a rank > 0 found none).
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank = 0,
+                             bool* rank_rng_found = nullptr);
+
+// The rows of a batch (example indices) that rank `rank` of `world` trains on: a contiguous slice,
+// as equal as possible; may be empty when the batch has fewer rows than ranks.
+std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world);
 
 // Validation loss/perplexity (teacher forced) and greedy BLEU.
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);

@@ -1,0 +1,372 @@
+#include "train/distributed.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <netinet/in.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#ifdef ATTNMT_HAVE_C10D
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ATTNMT_HAVE_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+#endif
+
+#include "common/errors.h"
+
+extern char** environ;
+
+namespace attnmt {
+
+namespace {
+
+// An integer environment variable, or fallback when unset; anything but a whole number is bad input.
+int env_int(const char* name, int fallback, int min_value, int max_value) {
+  const char* v = std::getenv(name);
+  if (!v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long x = std::strtol(v, &end, 10);
+  if (*v == '\0' || *end != '\0' || errno != 0 || x < min_value || x > max_value)
+    throw UsageError(std::string(name) + ": expected a whole number in [" + std::to_string(min_value) + ", " +
+                     std::to_string(max_value) + "], got '" + v + "'");
+  return static_cast<int>(x);
+}
+
+std::string first_line(const std::string& s) {
+  std::string l = s.substr(0, s.find('\n'));
+  return l.size() > 300 ? l.substr(0, 300) + "..." : l;
+}
+
+}  // namespace
+
+DistSpec dist_spec_from_env() {
+  DistSpec s;
+  s.world = env_int("WORLD_SIZE", 1, 1, 1 << 16);
+  s.rank = env_int("RANK", 0, 0, s.world - 1);
+  s.local_world = env_int("LOCAL_WORLD_SIZE", s.world, 1, s.world);
+  s.local_rank = env_int("LOCAL_RANK", s.rank % s.local_world, 0, s.local_world - 1);
+  if (const char* a = std::getenv("MASTER_ADDR")) {
+    if (*a == '\0') throw UsageError("MASTER_ADDR: empty");
+    s.master_addr = a;
+  }
+  s.master_port = env_int("MASTER_PORT", s.master_port, 1, 65535);
+  if (s.world > 1 && !std::getenv("RANK")) throw UsageError("WORLD_SIZE is " + std::to_string(s.world) + " but RANK is not set");
+  return s;
+}
+
+#ifdef ATTNMT_HAVE_C10D
+
+bool distributed_available() { return true; }
+
+struct Distributed::Impl {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  std::string backend;
+  std::vector<torch::Tensor> buckets;
+};
+
+namespace {
+// Runs one collective; a peer that died or a timeout becomes one clear Error.
+template <typename F>
+void collective(const DistSpec& s, const std::string& what, F&& f) {
+  try {
+    f();
+  } catch (const c10::Error& e) {
+    throw Error("distributed: rank " + std::to_string(s.rank) + ": " + what + " failed (another rank exited or timed out): " +
+                first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw Error("distributed: rank " + std::to_string(s.rank) + ": " + what + " failed (another rank exited or timed out): " +
+                first_line(e.what()));
+  }
+}
+}  // namespace
+
+Distributed::Distributed(const DistSpec& spec, const torch::Device& device, std::chrono::milliseconds timeout)
+    : spec_(spec), impl_(std::make_unique<Impl>()) {
+  collective(spec_, "joining the group at " + spec_.master_addr + ":" + std::to_string(spec_.master_port), [&] {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(spec_.master_port);
+    so.isServer = spec_.rank == 0;
+    so.numWorkers = spec_.world;
+    so.timeout = timeout;
+    impl_->store = c10::make_intrusive<c10d::TCPStore>(spec_.master_addr, so);
+#ifdef ATTNMT_HAVE_NCCL
+    if (device.is_cuda()) {
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = timeout;
+      impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, spec_.rank, spec_.world, opts);
+      impl_->backend = "nccl";
+      return;
+    }
+#endif
+    if (device.is_cuda()) spdlog::warn("this attnmt was built without NCCL: Gloo sums CUDA gradients through host memory");
+    auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
+    // The interface that reaches MASTER_ADDR; on one machine that is loopback.
+    opts->devices.push_back(spec_.master_addr == "127.0.0.1" || spec_.master_addr == "localhost"
+                                ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                : c10d::ProcessGroupGloo::createDefaultDevice());
+    impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, spec_.rank, spec_.world, opts);
+    impl_->backend = "gloo";
+  });
+}
+
+Distributed::~Distributed() = default;
+
+std::string Distributed::backend() const { return impl_->backend; }
+
+void Distributed::broadcast_(std::vector<torch::Tensor> tensors) {
+  // One operation per tensor (a c10d broadcast of several tensors means copies of one on several devices).
+  collective(spec_, "broadcast", [&] {
+    std::vector<std::vector<torch::Tensor>> args;
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    args.reserve(tensors.size());
+    for (auto& t : tensors) {
+      args.push_back({t});
+      works.push_back(impl_->pg->broadcast(args.back()));
+    }
+    for (auto& w : works) w->wait();
+  });
+}
+
+void Distributed::allreduce_sum_(torch::Tensor t) {
+  std::vector<torch::Tensor> v{t};
+  collective(spec_, "all-reduce", [&] { impl_->pg->allreduce(v)->wait(); });
+}
+
+std::vector<torch::Tensor> Distributed::allgather(const torch::Tensor& t) {
+  std::vector<torch::Tensor> in{t.contiguous()};
+  std::vector<std::vector<torch::Tensor>> out(1);
+  for (int r = 0; r < spec_.world; ++r) out[0].push_back(torch::empty_like(in[0]));
+  collective(spec_, "all-gather", [&] { impl_->pg->allgather(out, in)->wait(); });
+  return out[0];
+}
+
+void Distributed::barrier() {
+  collective(spec_, "barrier", [&] { impl_->pg->barrier()->wait(); });
+}
+
+void Distributed::attach_gradient_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes) {
+  TORCH_CHECK(bucket_bytes > 0, "attach_gradient_buckets: bucket_bytes must be positive");
+  impl_->buckets.clear();
+  stats_.gradient_bytes = 0;
+  // Parameters in order, cut into runs of about bucket_bytes of one dtype and device each.
+  size_t i = 0;
+  while (i < params.size()) {
+    const auto opts = params[i].options();
+    int64_t numel = 0;
+    size_t j = i;
+    while (j < params.size() && params[j].options().dtype() == opts.dtype() && params[j].device() == opts.device() &&
+           (j == i || (numel + params[j].numel()) * params[j].element_size() <= bucket_bytes)) {
+      numel += params[j].numel();
+      ++j;
+    }
+    torch::Tensor flat = torch::zeros({numel}, torch::TensorOptions().dtype(opts.dtype()).device(opts.device()));
+    int64_t off = 0;
+    for (size_t k = i; k < j; ++k) {
+      torch::Tensor p = params[k];
+      torch::Tensor view = flat.narrow(0, off, p.numel()).view(p.sizes());
+      if (p.grad().defined()) view.copy_(p.grad());
+      p.mutable_grad() = view;
+      off += p.numel();
+    }
+    stats_.gradient_bytes += numel * static_cast<int64_t>(flat.element_size());
+    impl_->buckets.push_back(flat);
+    i = j;
+  }
+  stats_.buckets = static_cast<int64_t>(impl_->buckets.size());
+}
+
+void Distributed::zero_gradients() {
+  for (auto& b : impl_->buckets) b.zero_();
+}
+
+void Distributed::allreduce_gradients() {
+  auto t0 = std::chrono::steady_clock::now();
+  collective(spec_, "gradient all-reduce", [&] {
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    std::vector<std::vector<torch::Tensor>> args;
+    args.reserve(impl_->buckets.size());
+    for (auto& b : impl_->buckets) {
+      args.push_back({b});
+      works.push_back(impl_->pg->allreduce(args.back()));
+    }
+    for (auto& w : works) w->wait();
+  });
+  stats_.gradient_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ++stats_.gradient_allreduces;
+}
+
+#else  // built without c10d
+
+bool distributed_available() { return false; }
+
+struct Distributed::Impl {};
+
+Distributed::Distributed(const DistSpec& spec, const torch::Device&, std::chrono::milliseconds) : spec_(spec) {
+  throw UsageError("this attnmt was built without distributed training (LibTorch's c10d/Gloo headers were not found "
+                   "when it was configured); install libgloo-dev and rebuild");
+}
+Distributed::~Distributed() = default;
+std::string Distributed::backend() const { return "none"; }
+void Distributed::broadcast_(std::vector<torch::Tensor>) {}
+void Distributed::allreduce_sum_(torch::Tensor) {}
+std::vector<torch::Tensor> Distributed::allgather(const torch::Tensor& t) { return {t}; }
+void Distributed::barrier() {}
+void Distributed::attach_gradient_buckets(const std::vector<torch::Tensor>&, int64_t) {}
+void Distributed::zero_gradients() {}
+void Distributed::allreduce_gradients() {}
+
+#endif
+
+// ---------------------------------------------------------------------------------------------------------
+// Local launcher
+
+namespace {
+
+std::atomic<int> g_forward_signal{0};
+extern "C" void remember_signal(int s) { g_forward_signal.store(s); }
+
+// A port that was free a moment ago (bound to port 0, then released).
+int free_loopback_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) throw Error(std::string("cannot open a socket: ") + std::strerror(errno));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    int e = errno;
+    ::close(fd);
+    throw Error(std::string("cannot find a free loopback port: ") + std::strerror(e));
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+std::vector<std::string> own_command_line() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::vector<std::string> args;
+  std::string a;
+  while (std::getline(in, a, '\0')) args.push_back(a);
+  if (args.empty()) throw Error("cannot read /proc/self/cmdline to start the workers");
+  return args;
+}
+
+}  // namespace
+
+int launch_local_workers(int nproc) {
+  if (!distributed_available())
+    throw UsageError("--nproc: this attnmt was built without distributed training (LibTorch's c10d/Gloo headers were "
+                     "not found when it was configured); install libgloo-dev and rebuild");
+  std::vector<std::string> args = own_command_line();
+  const int port = free_loopback_port();
+  const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  spdlog::info("launching {} workers on 127.0.0.1:{} ({} core(s) each unless --threads says otherwise)", nproc, port,
+               std::max(1u, hw / static_cast<unsigned>(nproc)));
+
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string k = kv.substr(0, kv.find('='));
+    if (k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" ||
+        k == "MASTER_PORT" || k == kLocalWorkerEnv)
+      continue;
+    base_env.push_back(kv);
+  }
+  g_forward_signal.store(0);
+  auto old_int = std::signal(SIGINT, remember_signal);
+  auto old_term = std::signal(SIGTERM, remember_signal);
+
+  std::vector<pid_t> pids;
+  for (int r = 0; r < nproc; ++r) {
+    std::vector<std::string> env = base_env;
+    env.push_back("RANK=" + std::to_string(r));
+    env.push_back("WORLD_SIZE=" + std::to_string(nproc));
+    env.push_back("LOCAL_RANK=" + std::to_string(r));
+    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
+    env.push_back("MASTER_ADDR=127.0.0.1");
+    env.push_back("MASTER_PORT=" + std::to_string(port));
+    env.push_back(std::string(kLocalWorkerEnv) + "=1");
+    std::vector<char*> argv, envp;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+    if (rc != 0) {
+      for (pid_t p : pids) ::kill(p, SIGKILL);
+      for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+      std::signal(SIGINT, old_int);
+      std::signal(SIGTERM, old_term);
+      throw Error(std::string("cannot start worker process: ") + std::strerror(rc));
+    }
+    pids.push_back(pid);
+  }
+
+  int first_failure = 0;
+  size_t alive = pids.size();
+  int forwarded = 0;
+  auto deadline = std::chrono::steady_clock::time_point::max();
+  while (alive > 0) {
+    int sig = g_forward_signal.load();
+    if (sig != 0 && sig != forwarded) {  // a stop request: every rank stops at the same step and rank 0 saves
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, sig);
+      forwarded = sig;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGKILL);
+      deadline = std::chrono::steady_clock::time_point::max();
+    }
+    int status = 0;
+    pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    for (auto& p : pids) {
+      if (p != done) continue;
+      p = -1;
+      --alive;
+      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 0 && first_failure == 0) {
+        first_failure = code;
+        if (alive > 0 && forwarded == 0) {
+          // The others would fail at their next collective anyway; stop them now, kill stragglers after 10 s.
+          // A worker that exits with 1 or 2 has said why; a crash has not.
+          if (code == kExitFailure || code == kExitUsage)
+            spdlog::debug("a worker exited with code {}; stopping the others", code);
+          else
+            spdlog::error("worker {} ended with {} {}; stopping the others", done, code > 128 ? "signal" : "code",
+                          code > 128 ? code - 128 : code);
+          for (pid_t q : pids)
+            if (q > 0) ::kill(q, SIGTERM);
+          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        }
+      }
+    }
+  }
+  std::signal(SIGINT, old_int);
+  std::signal(SIGTERM, old_term);
+  return first_failure;
+}
+
+}  // namespace attnmt

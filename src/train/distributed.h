@@ -1,0 +1,84 @@
+// Data-parallel training over LibTorch's c10d: a process group (Gloo on CPU; NCCL for CUDA tensors when
+// the LibTorch build has it), parameter broadcast from rank 0, and gradients summed in flat buckets.
+// Ranks find each other through a TCPStore at MASTER_ADDR:MASTER_PORT, the torchrun convention.
+#pragma once
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace attnmt {
+
+// Where this process sits in a job, from RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and
+// MASTER_PORT (as torchrun or a cluster scheduler sets them). world == 1 when WORLD_SIZE is unset.
+struct DistSpec {
+  int rank = 0;
+  int world = 1;
+  int local_rank = 0;
+  int local_world = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Reads the environment; a malformed or inconsistent value is a UsageError naming the variable.
+DistSpec dist_spec_from_env();
+
+// True when this binary was built with c10d (LibTorch's distributed headers and Gloo were found).
+bool distributed_available();
+
+// Traffic counters of one process group, for the training log and the benchmark.
+struct CommStats {
+  int64_t gradient_allreduces = 0;  // calls of allreduce_gradients()
+  double gradient_seconds = 0;      // wall time inside them
+  int64_t gradient_bytes = 0;       // bytes summed per call (all buckets)
+  int64_t buckets = 0;
+};
+
+class Distributed {
+ public:
+  // Joins the group (rank 0 hosts the store); throws Error when the others do not arrive within timeout.
+  Distributed(const DistSpec& spec, const torch::Device& device, std::chrono::milliseconds timeout);
+  ~Distributed();
+  Distributed(const Distributed&) = delete;
+  Distributed& operator=(const Distributed&) = delete;
+
+  int rank() const { return spec_.rank; }
+  int world() const { return spec_.world; }
+  bool is_main() const { return spec_.rank == 0; }
+  std::string backend() const;
+
+  // Every rank gets rank 0's values, in place.
+  void broadcast_(std::vector<torch::Tensor> tensors);
+  // Element-wise sum over ranks, in place.
+  void allreduce_sum_(torch::Tensor t);
+  // One tensor of the same shape from every rank, in rank order.
+  std::vector<torch::Tensor> allgather(const torch::Tensor& t);
+  void barrier();
+
+  // Makes every parameter's .grad a view into one of a few flat buffers of about bucket_bytes each, so
+  // that backward accumulates straight into them and allreduce_gradients() sums whole buckets.
+  void attach_gradient_buckets(const std::vector<torch::Tensor>& params, int64_t bucket_bytes = 25 << 20);
+  // Zeroes the buckets (Optimizer::zero_grad would try to detach the views and fail).
+  void zero_gradients();
+  // Sums every bucket over the ranks (all launched at once, then awaited).
+  void allreduce_gradients();
+  const CommStats& stats() const { return stats_; }
+
+ private:
+  struct Impl;
+  DistSpec spec_;
+  std::unique_ptr<Impl> impl_;
+  CommStats stats_;
+};
+
+// `attnmt train --nproc N`: runs N copies of this process (same command line, from /proc/self/cmdline) on this machine as ranks
+// 0..N-1 of one job, on a free loopback port; forwards SIGINT/SIGTERM to them; when one fails, stops the
+// others. Returns the first non-zero exit code (or 128+signal), else 0.
+int launch_local_workers(int nproc);
+
+// Set in the workers started by launch_local_workers, so that they do not launch again.
+constexpr const char* kLocalWorkerEnv = "ATTNMT_LOCAL_WORKER";
+
+}  // namespace attnmt
