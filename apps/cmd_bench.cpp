@@ -57,6 +57,7 @@ struct BenchRow {
   int64_t params = 0;
   double train_tok_s = 0, train_gflops = 0, train_mfu = 0, train_flops_step = 0;
   double greedy_sent_s = 0, greedy_mfu = 0, beam_sent_s = 0, beam_single_sent_s = 0;
+  double rss_after_train_mb = 0;  // process peak RSS once this type's training steps are done
   // data-parallel runs
   double allreduce_step_ms = 0;   // inside the training step (includes waiting for the slowest rank)
   double allreduce_alone_ms = 0;  // back-to-back all-reduces of the same buckets, ranks in step
@@ -182,6 +183,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               r.train_tok_s = static_cast<double>(batch.tgt_tokens) * opt->steps / dt;
               r.train_gflops = r.train_flops_step * opt->steps / dt / 1e9;
               r.train_mfu = r.train_gflops / roof;
+              r.rss_after_train_mb = peak_rss_mb();
               if (dist) {
                 const CommStats& after = dist->stats();
                 r.allreduce_step_ms = 1e3 * (after.gradient_seconds - before.gradient_seconds) /
@@ -268,7 +270,8 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                      {"train_mfu", r.train_mfu}, {"greedy_sentences_per_s", r.greedy_sent_s},
                                      {"greedy_mfu", r.greedy_mfu}, {"beam5_batched_sentences_per_s", r.beam_sent_s},
                                      {"beam5_single_sentences_per_s", r.beam_single_sent_s},
-                                     {"beam5_batched_speedup", r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0}});
+                                     {"beam5_batched_speedup", r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0},
+                                     {"peak_rss_mb_after_training", r.rss_after_train_mb}});
               std::cout << j.dump(2) << "\n";
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());

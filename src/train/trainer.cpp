@@ -608,7 +608,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       if (sig != 0) {
         auto rngs = rank_rng_states();
         if (main_rank) save_checkpoint(last, model, &optim, st, rngs);
-        spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
+        if (main_rank) spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
         result.state = st;
         result.exit_code = 128 + sig;
         return result;
