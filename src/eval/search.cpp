@@ -1,6 +1,7 @@
 #include "eval/search.h"
 
 #include <cmath>
+#include <numeric>
 
 #include "data/vocab.h"
 
@@ -89,6 +90,10 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   AttentionMemory mem = model->decoder->prepare(enc).index_select(expand);
   DecoderState state = model->decoder->init_state(enc).index_select(expand);
 
+  // Sentences still searching, in the order of their rows: position p holds rows p*K .. p*K+K-1. A finished
+  // sentence leaves the batch, so that its rows are not computed again while the others go on.
+  std::vector<int64_t> active(static_cast<size_t>(B));
+  std::iota(active.begin(), active.end(), 0);
   // Host-side bookkeeping per row: tokens so far, attention rows so far.
   std::vector<std::vector<int64_t>> toks(static_cast<size_t>(B * K));
   std::vector<std::vector<std::vector<float>>> wts(static_cast<size_t>(B * K));
@@ -101,10 +106,11 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
 
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
-    torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [B*K, V]
+    torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [P*K, V]
     const int64_t V = logp.size(1);
     torch::Tensor base = torch::tensor(scores, torch::TensorOptions().dtype(torch::kFloat)).to(device).unsqueeze(1);
-    torch::Tensor cand = (base + logp).view({B, K * V});
+    const int64_t P = static_cast<int64_t>(active.size());
+    torch::Tensor cand = (base + logp).view({P, K * V});
     const int64_t C = std::min<int64_t>(2 * K, K * V);
     auto [top_v, top_i] = cand.topk(C, 1);
     top_v = top_v.to(torch::kCPU);
@@ -113,19 +119,20 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
     auto tv = top_v.accessor<float, 2>();
     auto ti = top_i.accessor<int64_t, 2>();
 
-    std::vector<int64_t> next_rows(static_cast<size_t>(B * K)), next_tok(static_cast<size_t>(B * K));
-    std::vector<std::vector<int64_t>> new_toks(static_cast<size_t>(B * K));
-    std::vector<std::vector<std::vector<float>>> new_wts(static_cast<size_t>(B * K));
-    std::vector<double> new_scores(static_cast<size_t>(B * K), -std::numeric_limits<double>::infinity());
-    for (int64_t b = 0; b < B; ++b) {
+    std::vector<int64_t> next_rows(static_cast<size_t>(P * K)), next_tok(static_cast<size_t>(P * K));
+    std::vector<std::vector<int64_t>> new_toks(static_cast<size_t>(P * K));
+    std::vector<std::vector<std::vector<float>>> new_wts(static_cast<size_t>(P * K));
+    std::vector<double> new_scores(static_cast<size_t>(P * K), -std::numeric_limits<double>::infinity());
+    for (int64_t p = 0; p < P; ++p) {
+      const int64_t b = active[static_cast<size_t>(p)];
       const size_t bi = static_cast<size_t>(b);
       int64_t filled = 0;
-      if (!done[bi]) {
+      {
         const bool at_limit = t + 1 >= limits[bi];
         for (int64_t c = 0; c < C && filled < K; ++c) {
-          double sc = tv[b][c];
+          double sc = tv[p][c];
           if (!std::isfinite(sc)) break;
-          int64_t row = b * K + ti[b][c] / V, tok = ti[b][c] % V;
+          int64_t row = p * K + ti[p][c] / V, tok = ti[p][c] % V;
           auto row_weights = [&]() {
             auto w = wts[static_cast<size_t>(row)];
             if (w_cpu.defined()) {
@@ -143,7 +150,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
             finished[bi].push_back(std::move(h));
             continue;
           }
-          size_t dst = static_cast<size_t>(b * K + filled);
+          size_t dst = static_cast<size_t>(p * K + filled);
           next_rows[dst] = row;
           next_tok[dst] = tok;
           new_toks[dst] = toks[static_cast<size_t>(row)];
@@ -159,7 +166,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
           double best_open = -std::numeric_limits<double>::infinity();
           const double lp_max = length_penalty(limits[bi] + 1, opt.length_penalty);
           for (int64_t k = 0; k < filled; ++k) {
-            double sc = new_scores[static_cast<size_t>(b * K + k)];
+            double sc = new_scores[static_cast<size_t>(p * K + k)];
             // log-probabilities only fall as a hypothesis grows; the penalty grows with length.
             best_open = std::max(best_open, sc / (sc < 0 ? lp_max : 1.0));
           }
@@ -168,20 +175,34 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
         if (at_limit || filled == 0) done[bi] = true;
       }
       for (int64_t k = filled; k < K; ++k) {  // idle rows keep a valid state
-        size_t dst = static_cast<size_t>(b * K + k);
-        next_rows[dst] = b * K;
+        size_t dst = static_cast<size_t>(p * K + k);
+        next_rows[dst] = p * K;
         next_tok[dst] = Vocab::kPad;
       }
-      if (done[bi])
-        for (int64_t k = 0; k < K; ++k) new_scores[static_cast<size_t>(b * K + k)] = -std::numeric_limits<double>::infinity();
     }
-    if (std::all_of(done.begin(), done.end(), [](bool d) { return d; })) break;
-    toks = std::move(new_toks);
-    wts = std::move(new_wts);
-    scores = std::move(new_scores);
-    torch::Tensor rows = torch::tensor(next_rows, torch::kLong).to(device);
-    state = state.index_select(rows);
-    y = torch::tensor(next_tok, torch::kLong).to(device);
+    // Keep the rows of the sentences still searching, in order.
+    std::vector<int64_t> still, keep;  // sentences; their positions' rows in this step's layout
+    for (int64_t p = 0; p < P; ++p) {
+      if (done[static_cast<size_t>(active[static_cast<size_t>(p)])]) continue;
+      still.push_back(active[static_cast<size_t>(p)]);
+      for (int64_t k = 0; k < K; ++k) keep.push_back(p * K + k);
+    }
+    if (still.empty()) break;
+    toks.clear();
+    wts.clear();
+    scores.clear();
+    std::vector<int64_t> rows_next, tok_next;
+    for (int64_t r : keep) {
+      toks.push_back(std::move(new_toks[static_cast<size_t>(r)]));
+      wts.push_back(std::move(new_wts[static_cast<size_t>(r)]));
+      scores.push_back(new_scores[static_cast<size_t>(r)]);
+      rows_next.push_back(next_rows[static_cast<size_t>(r)]);
+      tok_next.push_back(next_tok[static_cast<size_t>(r)]);
+    }
+    if (still.size() != active.size()) mem = mem.index_select(torch::tensor(keep, torch::kLong).to(device));
+    active = std::move(still);
+    state = state.index_select(torch::tensor(rows_next, torch::kLong).to(device));
+    y = torch::tensor(tok_next, torch::kLong).to(device);
   }
   std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
