@@ -206,3 +206,25 @@ TEST(Train, NanLossStopsWithClearError) {
     EXPECT_NE(m.find("last.pt"), std::string::npos) << m;  // validated at step 4: a good checkpoint exists
   }
 }
+
+TEST(Train, SequenceLossMatchesStockCrossEntropy) {
+  torch::manual_seed(3);
+  for (double eps : {0.0, 0.1, 0.3}) {
+    torch::Tensor logits = (torch::randn({3, 5, 11}, torch::kDouble) * 3).requires_grad_(true);
+    torch::Tensor target = torch::randint(4, 11, {3, 5}, torch::kLong);
+    target[0][4] = Vocab::kPad;  // padding rows contribute nothing
+    target[2][3] = Vocab::kPad;
+    target[2][4] = Vocab::kPad;
+    torch::Tensor ours = sequence_loss(logits, target, eps);
+    torch::Tensor g_ours = torch::autograd::grad({ours}, {logits})[0];
+    namespace F = torch::nn::functional;
+    torch::Tensor ref = F::cross_entropy(logits.reshape({-1, 11}), target.reshape(-1),
+                                         F::CrossEntropyFuncOptions().ignore_index(Vocab::kPad).reduction(torch::kSum).label_smoothing(eps));
+    torch::Tensor g_ref = torch::autograd::grad({ref}, {logits})[0];
+    EXPECT_NEAR(ours.item<double>(), ref.item<double>(), 1e-10) << "eps " << eps;
+    ASSERT_EQ(g_ours.sizes(), g_ref.sizes());
+    EXPECT_LT((g_ours - g_ref).abs().max().item<double>(), 1e-10) << "eps " << eps;
+    EXPECT_EQ(g_ours[0][4].abs().sum().item<double>(), 0.0);  // a <pad> target gets no gradient
+    EXPECT_GT(g_ours[0][3].abs().sum().item<double>(), 0.0);
+  }
+}

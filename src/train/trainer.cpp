@@ -158,12 +158,41 @@ void write_curves(const std::string& dir) {
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
+namespace {
+// Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node:
+// loss_i = (1 - eps) (lse_i - x_i[t_i]) + eps (lse_i - mean_c x_ic), with lse the log-sum-exp of the row.
+// Backward writes the gradient softmax(x) - (1 - eps) onehot(t) - eps / V into one [N, V] buffer; the
+// stock cross_entropy keeps log_softmax's output and builds several [N, V] gradients on the way.
+struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntropy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& target, double eps) {
+    torch::Tensor valid = target.ne(Vocab::kPad);
+    torch::Tensor t = target.masked_fill(valid.logical_not(), 0);
+    torch::Tensor lse = logits.logsumexp(1);
+    torch::Tensor picked = logits.gather(1, t.unsqueeze(1)).squeeze(1);
+    torch::Tensor per_row = (lse - picked) * (1.0 - eps);
+    if (eps > 0) per_row = per_row + (lse - logits.mean(1)) * eps;
+    ctx->save_for_backward({logits, lse, t, valid});
+    ctx->saved_data["eps"] = eps;
+    return per_row.masked_fill(valid.logical_not(), 0).sum();
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &logits = saved[0], &lse = saved[1], &t = saved[2], &valid = saved[3];
+    const double eps = ctx->saved_data["eps"].toDouble();
+    torch::Tensor grad = logits.sub(lse.unsqueeze(1)).exp_();  // softmax
+    if (eps > 0) grad.sub_(eps / static_cast<double>(logits.size(1)));
+    grad.scatter_add_(1, t.unsqueeze(1), torch::full({logits.size(0), 1}, eps - 1.0, grad.options()));
+    grad.mul_((valid.to(grad.scalar_type()) * grads[0]).unsqueeze(1));
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
 torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
   TORCH_CHECK(logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) && logits.size(1) == target.size(1),
               "sequence_loss: logits [B, T, V] and target [B, T] expected, got ", logits.sizes(), " and ", target.sizes());
-  namespace F = torch::nn::functional;
-  return F::cross_entropy(logits.reshape({-1, logits.size(2)}), target.reshape(-1),
-                          F::CrossEntropyFuncOptions().ignore_index(Vocab::kPad).reduction(torch::kSum).label_smoothing(label_smoothing));
+  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(2)}), target.reshape(-1), label_smoothing);
 }
 
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
