@@ -237,6 +237,8 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
       {"negative thread count", "--threads -2 evaluate -r {W}/run", 2, "--threads"},
       {"corpus: min length above max length", "corpus -o {W}/toy --min-len 30 --max-len 10", 2, "--min-len"},
       {"bench: zero steps", "bench --steps 0", 2, "--steps"},
+      {"train: zero processes", "train -c {W}/good.json --nproc 0", 2, "--nproc"},
+      {"train: zero distributed timeout", "train -c {W}/good.json --nproc 2 --dist-timeout 0", 2, "--dist-timeout"},
       {"bleu: unknown metric", "bleu --hyp {W}/one_line.src --ref {W}/one_line.src --metrics rouge", 2, "rouge"},
       {"compare: run directory missing", "compare {W}/run {W}/nowhere -o {W}/cmp", 2, "{W}/nowhere"},
   });
