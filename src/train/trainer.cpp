@@ -227,10 +227,7 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     ar.write("elapsed_s", f64(st.elapsed_s));
     ar.write("finished", i64(st.finished));
     ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
-    if (!rank_rng.empty()) {
-      ar.write("world_size", i64(static_cast<int64_t>(rank_rng.size())));
-      for (size_t r = 1; r < rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), rank_rng[r]);
-    }
+    for (size_t r = 1; r < rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), rank_rng[r]);
     // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
     // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
     // completed into the void, and the error is reported once it returns.
