@@ -320,10 +320,18 @@ int launch_local_workers(int nproc) {
     pids.push_back(pid);
   }
 
-  int first_failure = 0;
+  // When one worker fails, the others notice at their next collective and exit with 1 ("another rank
+  // exited") in some order; they get 2 s to do so, then SIGTERM, then SIGKILL after 10 s. The code passed on
+  // is the most telling one of the workers that ended on their own: bad input (2) before a crash (signal,
+  // other codes) before a runtime failure (1), which is also what a rank's lost peer gives.
+  using clock = std::chrono::steady_clock;
+  const auto never = clock::time_point::max();
+  int result = 0, result_rank = 0;
+  auto telling = [](int code) { return code == kExitUsage ? 3 : code == kExitFailure ? 1 : 2; };
   size_t alive = pids.size();
   int forwarded = 0;
-  auto deadline = std::chrono::steady_clock::time_point::max();
+  bool stopping = false;
+  auto terminate_at = never, kill_at = never;
   while (alive > 0) {
     int sig = g_forward_signal.load();
     if (sig != 0 && sig != forwarded) {  // a stop request: every rank stops at the same step and rank 0 saves
@@ -331,10 +339,18 @@ int launch_local_workers(int nproc) {
         if (p > 0) ::kill(p, sig);
       forwarded = sig;
     }
-    if (std::chrono::steady_clock::now() > deadline) {
+    const auto now = clock::now();
+    if (now > terminate_at) {
+      for (pid_t p : pids)
+        if (p > 0) ::kill(p, SIGTERM);
+      stopping = true;
+      terminate_at = never;
+      kill_at = now + std::chrono::seconds(10);
+    }
+    if (now > kill_at) {
       for (pid_t p : pids)
         if (p > 0) ::kill(p, SIGKILL);
-      deadline = std::chrono::steady_clock::time_point::max();
+      kill_at = never;
     }
     int status = 0;
     pid_t done = ::waitpid(-1, &status, WNOHANG);
@@ -342,31 +358,26 @@ int launch_local_workers(int nproc) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
       continue;
     }
-    for (auto& p : pids) {
-      if (p != done) continue;
-      p = -1;
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] != done) continue;
+      pids[r] = -1;
       --alive;
       int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code != 0 && first_failure == 0) {
-        first_failure = code;
-        if (alive > 0 && forwarded == 0) {
-          // The others would fail at their next collective anyway; stop them now, kill stragglers after 10 s.
-          // A worker that exits with 1 or 2 has said why; a crash has not.
-          if (code == kExitFailure || code == kExitUsage)
-            spdlog::debug("a worker exited with code {}; stopping the others", code);
-          else
-            spdlog::error("worker {} ended with {} {}; stopping the others", done, code > 128 ? "signal" : "code",
-                          code > 128 ? code - 128 : code);
-          for (pid_t q : pids)
-            if (q > 0) ::kill(q, SIGTERM);
-          deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-        }
+      if (code == 0 || stopping) continue;  // workers we stopped say nothing about the cause
+      if (result == 0 || telling(code) > telling(result)) {
+        result = code;
+        result_rank = static_cast<int>(r);
       }
+      if (alive > 0 && forwarded == 0 && terminate_at == never) terminate_at = clock::now() + std::chrono::seconds(2);
     }
   }
+  // A worker that exits with 1 or 2 has said why; a crash has not.
+  if (result != 0 && result != kExitFailure && result != kExitUsage && forwarded == 0)
+    spdlog::error("worker of rank {} ended with {} {}", result_rank, result > 128 ? "signal" : "code",
+                  result > 128 ? result - 128 : result);
   std::signal(SIGINT, old_int);
   std::signal(SIGTERM, old_term);
-  return first_failure;
+  return result;
 }
 
 }  // namespace attnmt
