@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <thread>
 
 #include "support.h"
@@ -236,6 +237,42 @@ TEST(Distributed, FailingWorkerStopsTheLaunch) {
   EXPECT_NE(again.output.find("already holds a run"), std::string::npos) << again.output;
   auto both = run_cli("train -c " + cfg + " --nproc 2 --overwrite --resume");
   EXPECT_EQ(both.code, kExitUsage) << both.output;
+  // A worker that crashes: its signal is passed on (rank 0 only reports the lost peer, exit 1).
+  std::string long_cfg = write_config(base + "/long", 100000, 0.0);
+  const std::string log = base + "/crash.log";
+  pid_t launcher = spawn_cli({"train", "-c", long_cfg, "--overwrite", "--nproc", "2"}, log);
+  ASSERT_GT(launcher, 0);
+  pid_t rank1 = -1;
+  auto t0 = std::chrono::steady_clock::now();
+  while (rank1 < 0 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (read_file(log).find(" step ") == std::string::npos) continue;  // training under way
+    for (const auto& e : fs::directory_iterator("/proc")) {
+      std::string name = e.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::string stat = read_file(e.path().string() + "/stat");
+      auto close = stat.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream fields(stat.substr(close + 2));
+      std::string state;
+      pid_t ppid = 0;
+      fields >> state >> ppid;
+      std::string env = read_file(e.path().string() + "/environ");
+      if (ppid == launcher && env.find(std::string("RANK=1") + '\0') != std::string::npos &&
+          env.find("LOCAL_RANK=1") != std::string::npos)
+        rank1 = static_cast<pid_t>(std::stol(name));
+    }
+  }
+  ASSERT_GT(rank1, 0) << read_file(log);
+  ::kill(rank1, SIGKILL);
+  int code = wait_for(launcher, std::chrono::seconds(40));
+  if (code == -1) {
+    ::kill(launcher, SIGKILL);
+    ::waitpid(launcher, nullptr, 0);
+  }
+  EXPECT_EQ(code, 128 + SIGKILL) << read_file(log);
+  EXPECT_NE(read_file(log).find("worker of rank 1 ended with signal 9"), std::string::npos) << read_file(log);
+
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("RANK", "0", 1);
   auto nested = run_cli("train -c " + cfg + " --overwrite --nproc 2");
