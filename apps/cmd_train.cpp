@@ -40,11 +40,7 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
             validate(cfg);
             check_data_files(cfg, true);
             DistSpec spec = dist_spec_from_env();
-            const bool worker = std::getenv(kLocalWorkerEnv) != nullptr;
-            if (opt->nproc > 1 && !worker) {
-              if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set (launched by torchrun or a scheduler); use one or the other");
-              return launch_local_workers(opt->nproc);
-            }
+            if (wants_local_launch(opt->nproc, spec)) return launch_local_workers(opt->nproc);
             torch::Device device = resolve_device(cfg.device);
             std::unique_ptr<Distributed> dist;
             if (spec.world > 1) {

@@ -270,6 +270,12 @@ std::vector<std::string> own_command_line() {
 
 }  // namespace
 
+bool wants_local_launch(int nproc, const DistSpec& spec) {
+  if (nproc <= 1 || std::getenv(kLocalWorkerEnv) != nullptr) return false;
+  if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set (launched by torchrun or a scheduler); use one or the other");
+  return true;
+}
+
 int launch_local_workers(int nproc) {
   if (!distributed_available())
     throw UsageError("--nproc: this attnmt was built without distributed training (LibTorch's c10d/Gloo headers were "
