@@ -57,6 +57,7 @@ struct BenchRow {
   int64_t params = 0;
   double train_tok_s = 0, train_gflops = 0, train_mfu = 0, train_flops_step = 0;
   double greedy_sent_s = 0, greedy_mfu = 0, beam_sent_s = 0, beam_single_sent_s = 0;
+  double beam_mfu = 0, beam_single_mfu = 0;  // FLOPs of the rows each search advanced, over time and roofline
   double rss_after_train_mb = 0;  // process peak RSS once this type's training steps are done
   // data-parallel runs
   double allreduce_step_ms = 0;   // inside the training step (includes waiting for the slowest rank)
@@ -111,8 +112,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             base.dropout = 0.0;
             if (!opt->config.empty()) base = load_config(opt->config, {}).model;
             DistSpec spec = dist_spec_from_env();
-            if (opt->nproc > 1 && std::getenv(kLocalWorkerEnv) == nullptr) {
-              if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set; use one or the other");
+            if (wants_local_launch(opt->nproc, spec)) {
               variants(opt->attention);  // bad input fails here, once
               return launch_local_workers(opt->nproc);
             }
@@ -224,16 +224,32 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 const int nb = std::min(16, opt->batch);
                 std::vector<int64_t> first(all.begin(), all.begin() + nb);
                 Batch sub = make_src_batch(srcs, first);
+                // Beam FLOPs: encoder and keys once per sentence, then decoder step and output layer per row
+                // advanced (finished sentences leave the batch, so the rows are counted as the search ran them).
+                auto beam_flops = [&](const Batch& b, const SearchStats& st) {
+                  const int64_t Sb = b.src.size(1);
+                  FlopCount per_row = count_flops(m, opt->vocab, 1, Sb, 1);
+                  return count_flops(m, opt->vocab, b.src.size(0), Sb, 0).forward() +
+                         static_cast<double>(st.row_steps) * (per_row.decoder + per_row.output);
+                };
+                SearchStats batched;
                 double b0 = now_s();
-                beam_search(model, sub, bs, dev);
-                r.beam_sent_s = nb / (now_s() - b0);
+                beam_search(model, sub, bs, dev, &batched);
+                double bdt = now_s() - b0;
+                r.beam_sent_s = nb / bdt;
+                r.beam_mfu = beam_flops(sub, batched) / bdt / 1e9 / roof;
                 const int single = std::min(4, nb);
+                double single_flops = 0;
                 double s0 = now_s();
                 for (int i = 0; i < single; ++i) {
                   Batch one = make_src_batch(srcs, {first[static_cast<size_t>(i)]});
-                  beam_search(model, one, bs, dev);
+                  SearchStats st;
+                  beam_search(model, one, bs, dev, &st);
+                  single_flops += beam_flops(one, st);
                 }
-                r.beam_single_sent_s = single / (now_s() - s0);
+                const double sdt = now_s() - s0;
+                r.beam_single_sent_s = single / sdt;
+                r.beam_single_mfu = single_flops / sdt / 1e9 / roof;
               }
               spdlog::info("{}: {:.0f} target tok/s, {:.1f} GFLOP/s ({:.0f}% of matmul), greedy {:.1f} sent/s, beam5 {:.2f} vs {:.2f} sent/s",
                            r.name, r.train_tok_s, r.train_gflops, 100 * r.train_mfu, r.greedy_sent_s, r.beam_sent_s,
@@ -270,6 +286,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                      {"train_mfu", r.train_mfu}, {"greedy_sentences_per_s", r.greedy_sent_s},
                                      {"greedy_mfu", r.greedy_mfu}, {"beam5_batched_sentences_per_s", r.beam_sent_s},
                                      {"beam5_single_sentences_per_s", r.beam_single_sent_s},
+                                     {"beam5_batched_mfu", r.beam_mfu}, {"beam5_single_mfu", r.beam_single_mfu},
                                      {"beam5_batched_speedup", r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0},
                                      {"peak_rss_mb_after_training", r.rss_after_train_mb}});
               std::cout << j.dump(2) << "\n";
@@ -278,12 +295,12 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               if (auto w = blas_kernel_warning(); !w.empty()) std::printf("warning: %s\n", w.c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));
-              std::printf("%-18s %10s %10s %8s %6s %10s %6s %10s %10s %6s\n", "attention", "params", "train tok/s", "GFLOP/s",
-                          "MFU", "greedy s/s", "MFU", "beam5 s/s", "beam5x1", "ratio");
+              std::printf("%-18s %10s %10s %8s %6s %10s %6s %10s %6s %10s %6s %6s\n", "attention", "params", "train tok/s", "GFLOP/s",
+                          "MFU", "greedy s/s", "MFU", "beam5 s/s", "MFU", "beam5x1", "MFU", "ratio");
               for (const auto& r : rows)
-                std::printf("%-18s %10lld %10.0f %8.1f %5.0f%% %10.1f %5.0f%% %10.2f %10.2f %6.1f\n", r.name.c_str(),
+                std::printf("%-18s %10lld %10.0f %8.1f %5.0f%% %10.1f %5.0f%% %10.2f %5.0f%% %10.2f %5.0f%% %6.1f\n", r.name.c_str(),
                             static_cast<long long>(r.params), r.train_tok_s, r.train_gflops, 100 * r.train_mfu, r.greedy_sent_s,
-                            100 * r.greedy_mfu, r.beam_sent_s, r.beam_single_sent_s,
+                            100 * r.greedy_mfu, r.beam_sent_s, 100 * r.beam_mfu, r.beam_single_sent_s, 100 * r.beam_single_mfu,
                             r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0);
             }
             return 0;

@@ -76,14 +76,24 @@ TEST(Search, BatchedEqualsOneAtATime) {
   SearchOptions so;
   so.beam_size = 4;
   so.nbest = 2;
-  auto together = beam_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU);
+  SearchStats st_together;
+  auto together = beam_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU, &st_together);
   ASSERT_EQ(together.size(), 4u);
+  // A finished sentence leaves the batch: the rows advanced together are those advanced one at a time.
+  int64_t rows_alone = 0, longest = 0;
   for (int64_t i = 0; i < 4; ++i) {
-    auto alone = beam_search(model, make_src_batch(srcs, {i}), so, torch::kCPU);
+    SearchStats st;
+    auto alone = beam_search(model, make_src_batch(srcs, {i}), so, torch::kCPU, &st);
+    EXPECT_EQ(st.row_steps, st.steps * so.beam_size);
+    rows_alone += st.row_steps;
+    longest = std::max(longest, st.steps);
     ASSERT_EQ(alone.size(), 1u);
     ASSERT_EQ(alone[0].size(), together[static_cast<size_t>(i)].size());
     for (size_t k = 0; k < alone[0].size(); ++k) EXPECT_EQ(alone[0][k].tokens, together[static_cast<size_t>(i)][k].tokens);
   }
+  EXPECT_EQ(st_together.steps, longest);
+  EXPECT_EQ(st_together.row_steps, rows_alone);
+  EXPECT_LT(st_together.row_steps, 4 * so.beam_size * longest);  // the sentences did end at different steps
   auto g_all = greedy_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU);
   auto g_one = greedy_search(model, make_src_batch(srcs, {2}), so, torch::kCPU);
   ASSERT_EQ(g_all.size(), 4u);

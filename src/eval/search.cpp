@@ -69,7 +69,7 @@ double length_penalty(int64_t len, double alpha) {
 }
 
 std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
-                                                 const torch::Device& device) {
+                                                 const torch::Device& device, SearchStats* stats) {
   torch::NoGradGuard ng;
   TORCH_CHECK(opt.beam_size >= 1, "beam_search: beam_size must be >= 1");
   const int64_t K = opt.beam_size;
@@ -106,6 +106,10 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
 
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
+    if (stats) {
+      ++stats->steps;
+      stats->row_steps += y.size(0);
+    }
     torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [P*K, V]
     const int64_t V = logp.size(1);
     torch::Tensor base = torch::tensor(scores, torch::TensorOptions().dtype(torch::kFloat)).to(device).unsqueeze(1);

@@ -25,6 +25,12 @@ struct SearchOptions {
   bool stop_at_eos = true;     // greedy: false runs every row to the length limit (benchmarks)
 };
 
+// What a search computed: decoder steps run and rows advanced in them (summed over steps).
+struct SearchStats {
+  int64_t steps = 0;
+  int64_t row_steps = 0;
+};
+
 // GNMT length penalty ((5 + len) / 6)^alpha.
 double length_penalty(int64_t len, double alpha);
 
@@ -37,7 +43,8 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& batch, const 
 // A sentence stops only when no unfinished hypothesis can still beat its best finished one under the
 // penalty (the best an unfinished hypothesis can reach is its current log-probability divided by the
 // penalty at the length limit), or at the length limit.
+// stats, when given, receives the work done (benchmarks count FLOPs from it).
 std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& batch, const SearchOptions& opt,
-                                                 const torch::Device& device);
+                                                 const torch::Device& device, SearchStats* stats = nullptr);
 
 }  // namespace attnmt
