@@ -31,6 +31,57 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
 }
 
 namespace {
+struct AdditiveScores : public torch::autograd::Function<AdditiveScores> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& wq, const torch::Tensor& keys,
+                               const torch::Tensor& v) {
+    torch::Tensor e = (wq.unsqueeze(2) + keys.unsqueeze(1)).tanh_();  // [B, T, S, A]
+    ctx->save_for_backward({e, v});
+    return torch::matmul(e, v);  // [B, T, S]
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &e = saved[0], &v = saved[1];
+    const torch::Tensor gs = grads[0].contiguous();  // [B, T, S]
+    const int64_t B = e.size(0), T = e.size(1), S = e.size(2), A = e.size(3);
+    if (!e.is_cpu() || !e.is_contiguous()) {  // other devices: the same math in composed ops
+      torch::Tensor g = gs.unsqueeze(-1) * v * (1 - e * e);
+      return {g.sum(2), g.sum(1), (gs.unsqueeze(-1) * e).sum({0, 1, 2})};
+    }
+    torch::Tensor g_wq = torch::zeros({B, T, A}, e.options()), g_keys = torch::zeros({B, S, A}, e.options());
+    torch::Tensor g_v_rows = torch::zeros({B, A}, e.options());  // per-sentence partial sums (threads own rows)
+    const torch::Tensor vc = v.contiguous();
+    AT_DISPATCH_FLOATING_TYPES(e.scalar_type(), "additive_scores_backward", [&] {
+      const scalar_t* E = e.data_ptr<scalar_t>();
+      const scalar_t* G = gs.data_ptr<scalar_t>();
+      const scalar_t* V = vc.data_ptr<scalar_t>();
+      scalar_t* GQ = g_wq.data_ptr<scalar_t>();
+      scalar_t* GK = g_keys.data_ptr<scalar_t>();
+      scalar_t* GV = g_v_rows.data_ptr<scalar_t>();
+      at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b)
+          for (int64_t t = 0; t < T; ++t) {
+            scalar_t* __restrict__ gq = GQ + (b * T + t) * A;
+            for (int64_t s = 0; s < S; ++s) {
+              const scalar_t c = G[(b * T + t) * S + s];
+              if (c == 0) continue;  // masked positions: softmax gave them no gradient
+              const scalar_t* __restrict__ er = E + ((b * T + t) * S + s) * A;
+              scalar_t* __restrict__ gk = GK + (b * S + s) * A;
+              scalar_t* __restrict__ gv = GV + b * A;
+              for (int64_t a = 0; a < A; ++a) {
+                const scalar_t x = er[a];
+                const scalar_t d = c * V[a] * (1 - x * x);  // d score / d pre-activation
+                gq[a] += d;
+                gk[a] += d;
+                gv[a] += c * x;
+              }
+            }
+          }
+      });
+    });
+    return {g_wq, g_keys, g_v_rows.sum(0)};
+  }
+};
+
 void check_query(const torch::Tensor& query, const AttentionMemory& mem, int64_t dim, const char* who) {
   TORCH_CHECK(query.dim() == 3, who, ": query must be [B, T, Q], got ", query.sizes());
   TORCH_CHECK(query.size(0) == mem.mask.size(0), who, ": batch ", query.size(0), " vs memory ", mem.mask.size(0));
@@ -42,6 +93,14 @@ void check_states(const torch::Tensor& enc, const torch::Tensor& mask, int64_t d
               ": mask must be [B, S], got ", mask.sizes());
 }
 }  // namespace
+
+torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v) {
+  TORCH_CHECK(wq.dim() == 3 && keys.dim() == 3 && v.dim() == 1, "additive_scores: wq [B, T, A], keys [B, S, A], v [A] expected, got ",
+              wq.sizes(), ", ", keys.sizes(), ", ", v.sizes());
+  TORCH_CHECK(wq.size(0) == keys.size(0) && wq.size(2) == keys.size(2) && keys.size(2) == v.size(0),
+              "additive_scores: dims disagree: ", wq.sizes(), ", ", keys.sizes(), ", ", v.sizes());
+  return AdditiveScores::apply(wq, keys, v);
+}
 
 AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim) : key_dim_(key_dim) {
   w_query = register_module("w_query", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
@@ -56,9 +115,7 @@ AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
-  torch::Tensor wq = w_query(query);                                             // [B, T, A]
-  torch::Tensor e = torch::tanh(wq.unsqueeze(2) + mem.keys.unsqueeze(1));        // [B, T, S, A]
-  torch::Tensor scores = v(e).squeeze(-1);                                       // [B, T, S]
+  torch::Tensor scores = additive_scores(w_query(query), mem.keys, v->weight.view({-1}));  // [B, T, S]
   torch::Tensor w = masked_softmax(scores, mem.mask);
   return {torch::bmm(w, mem.values), w, torch::Tensor()};                        // [B, T, H_enc]
 }

@@ -30,6 +30,11 @@ struct AttentionOutput {
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& mask);
 
+// Additive scores v^T tanh(wq_t + k_s) for every query t and key s, as one autograd node:
+// wq [B, T, A], keys [B, S, A], v [A] -> [B, T, S]. The backward pass reads the saved tanh values once
+// and writes the key gradient directly, instead of the five [B, T, S, A] passes of the composed ops.
+torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v);
+
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
 

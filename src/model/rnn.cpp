@@ -173,6 +173,8 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
     // feed back is batched over all steps: embeddings (one lookup and dropout) and the readout
     // tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
     torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+    // One unbind rather than T selects: each select's backward would fill a whole [B, T, E] gradient.
+    const std::vector<torch::Tensor> e_steps = e_all.unbind(1);
     std::vector<torch::Tensor> ys, ctxs, weights;
     ys.reserve(static_cast<size_t>(T));
     ctxs.reserve(static_cast<size_t>(T));
@@ -186,7 +188,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       } else {
         ctx = state.fixed;
       }
-      auto [y, st] = rnn->forward(torch::cat({e_all.select(1, t), ctx}, -1).unsqueeze(1), state.rnn);
+      auto [y, st] = rnn->forward(torch::cat({e_steps[static_cast<size_t>(t)], ctx}, -1).unsqueeze(1), state.rnn);
       state.rnn = st;
       ys.push_back(y.squeeze(1));
     }
