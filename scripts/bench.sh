@@ -15,6 +15,7 @@ print(f"matmul {j['matmul_gflops']:.1f} GFLOP/s, peak RSS {j['peak_rss_mb']:.0f}
 for r in j["rows"]:
     print(f"{r['attention']:<16} train {r['train_tokens_per_s']:8.0f} tok/s  MFU {100*r['train_mfu']:5.1f}%  "
           f"greedy {r['greedy_sentences_per_s']:7.1f} sent/s MFU {100*r['greedy_mfu']:5.1f}%  "
-          f"beam5 batched/single {r['beam5_batched_speedup']:.1f}x")
+          f"beam5 batched/single {r['beam5_batched_speedup']:.1f}x (MFU {100*r['beam5_batched_mfu']:.1f}% / {100*r['beam5_single_mfu']:.1f}%)  "
+          f"roof {r['matmul_gflops']:.1f} (mean {r.get('matmul_gflops_mean', 0):.1f})")
 PY
 echo "wrote $OUT"
