@@ -36,21 +36,24 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-// Best of 20 1024x1024x1024 float32 products, in GFLOP/s.
-double matmul_gflops(const torch::Device& dev) {
+// Best of `reps` float32 products [M x K] . [K x N], in GFLOP/s.
+double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
   torch::NoGradGuard ng;
-  auto a = torch::randn({1024, 1024}, torch::TensorOptions().device(dev));
-  auto b = torch::randn({1024, 1024}, torch::TensorOptions().device(dev));
+  auto a = torch::randn({M, K}, torch::TensorOptions().device(dev));
+  auto b = torch::randn({K, N}, torch::TensorOptions().device(dev));
   auto c = torch::mm(a, b);
   double best = 1e9;
-  for (int i = 0; i < 20; ++i) {
+  for (int i = 0; i < reps; ++i) {
     double t0 = now_s();
     c = torch::mm(a, b);
     if (dev.is_cuda()) c.sum().item<float>();
     best = std::min(best, now_s() - t0);
   }
-  return 2.0 * 1024 * 1024 * 1024 / best / 1e9;
+  return 2.0 * static_cast<double>(M * K * N) / best / 1e9;
 }
+
+// Best of 20 1024x1024x1024 float32 products: the roofline.
+double matmul_gflops(const torch::Device& dev) { return gemm_gflops(dev, 1024, 1024, 1024, 20); }
 
 // The matmul rate sampled between the timed pieces of one row (after each training step and each search), so
 // that the row's MFU is taken against what the machine could give during the same minutes: on a shared
@@ -164,6 +167,12 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               roof = t.item<double>();
             }
             spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20{})", roof, dist ? ", summed over the ranks" : "");
+            // The output layer's product for the rows of one beam-5 sentence and of 16 such sentences, next to
+            // each other: how much of the machine five rows already use bounds what batching beams can gain.
+            const double out5 = gemm_gflops(dev, 5, base.hidden_dim, opt->vocab, 50);
+            const double out80 = gemm_gflops(dev, 80, base.hidden_dim, opt->vocab, 20);
+            spdlog::info("output layer [rows x {}] . [{} x {}]: 5 rows {:.1f} GFLOP/s, 80 rows {:.1f} GFLOP/s", base.hidden_dim,
+                         base.hidden_dim, opt->vocab, out5, out80);
             // Synthetic batch: lengths spread over [min_len, max_len], random ids.
             torch::manual_seed(1);
             std::vector<EncodedPair> data;
@@ -333,7 +342,8 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               return 0;
             }
             if (opt->json) {
-              nlohmann::json j = {{"matmul_gflops", roof}, {"blas", blas_info()}, {"blas_warning", blas_kernel_warning()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
+              nlohmann::json j = {{"matmul_gflops", roof}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
+                                  {"blas", blas_info()}, {"blas_warning", blas_kernel_warning()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
               for (const auto& r : rows)
                 j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
