@@ -57,8 +57,8 @@ double matmul_gflops(const torch::Device& dev) { return gemm_gflops(dev, 1024, 1
 
 // The matmul rate sampled between the timed pieces of one row (after each training step and each search), so
 // that the row's MFU is taken against what the machine could give during the same minutes: on a shared
-// machine the rate moves by a third within a run (29 to 49 GFLOP/s in three minutes here), and one roofline
-// measured at the start made MFU swing from 59% to 80% between two runs of the same binary.
+// machine the rate moves by a third within a run (29 to 49 GFLOP/s within minutes here), and one roofline
+// measured at the start made MFU swing from 59% to 76% between two runs of the same binary and settings.
 class RoofSampler {
  public:
   explicit RoofSampler(const torch::Device& dev)
