@@ -228,3 +228,34 @@ TEST(Train, SequenceLossMatchesStockCrossEntropy) {
     EXPECT_GT(g_ours[0][3].abs().sum().item<double>(), 0.0);
   }
 }
+
+TEST(Bench, JsonFiguresAreConsistent) {
+  // A tiny model through `attnmt bench --json`: every figure present and positive, the per-row roofline's
+  // mean never above its best sample (the best is the MFU denominator), MFU = GFLOP/s over that roofline, and
+  // the beam ratio the quotient of the two beam rates.
+  const std::string dir = testing::TempDir() + "/bench_json";
+  std::filesystem::create_directories(dir);
+  test::write_file(dir + "/model.json", config_to_json(tiny_config(dir + "/run")).dump(2));
+  auto r = test::run_cli("--log-level warn bench -c " + dir + "/model.json --attention bahdanau --steps 2 --batch 8 --vocab 40 "
+                         "--json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const size_t start = r.output.find('{');
+  ASSERT_NE(start, std::string::npos) << r.output;
+  nlohmann::json j = nlohmann::json::parse(r.output.substr(start));
+  EXPECT_GT(j.at("matmul_gflops").get<double>(), 0);
+  EXPECT_GT(j.at("output_layer_gflops_5_rows").get<double>(), 0);
+  EXPECT_GT(j.at("output_layer_gflops_80_rows").get<double>(), 0);
+  EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
+  ASSERT_EQ(j.at("rows").size(), 1u);
+  const auto& row = j["rows"][0];
+  EXPECT_EQ(row.at("attention").get<std::string>(), "bahdanau");
+  const double roof = row.at("matmul_gflops").get<double>(), mean = row.at("matmul_gflops_mean").get<double>();
+  EXPECT_GT(mean, 0);
+  EXPECT_LE(mean, roof * (1 + 1e-9));
+  EXPECT_NEAR(row.at("train_mfu").get<double>(), row.at("train_gflops").get<double>() / roof, 1e-9);
+  for (const char* k : {"train_tokens_per_s", "train_flops_per_step", "greedy_sentences_per_s", "greedy_mfu",
+                        "beam5_batched_sentences_per_s", "beam5_single_sentences_per_s", "beam5_batched_mfu", "beam5_single_mfu"})
+    EXPECT_GT(row.at(k).get<double>(), 0) << k;
+  EXPECT_NEAR(row.at("beam5_batched_speedup").get<double>(),
+              row["beam5_batched_sentences_per_s"].get<double>() / row["beam5_single_sentences_per_s"].get<double>(), 1e-9);
+}
