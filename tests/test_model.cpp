@@ -150,6 +150,14 @@ TEST(Attention, FusedAdditiveScoresMatchComposedOps) {
     torch::Tensor stock = torch::matmul(torch::tanh(wq.unsqueeze(2) + keys.unsqueeze(1)), v);
     ASSERT_EQ(fused.sizes(), stock.sizes());
     EXPECT_TRUE(torch::allclose(fused, stock, 1e-12, 1e-12));
+    {
+      torch::NoGradGuard ng;  // decoding takes the path that keeps no tanh values
+      torch::Tensor plain = additive_scores(wq, keys, v);
+      ASSERT_EQ(plain.sizes(), stock.sizes());
+      EXPECT_TRUE(torch::allclose(plain, stock, 1e-12, 1e-12));
+      torch::Tensor plain_f = additive_scores(wq.to(torch::kFloat), keys.to(torch::kFloat), v.to(torch::kFloat));
+      EXPECT_TRUE(torch::allclose(plain_f.to(torch::kDouble), stock, 1e-5, 1e-5));
+    }
     auto gf = torch::autograd::grad({(fused * up).sum()}, {wq, keys, v});
     auto gs = torch::autograd::grad({(stock * up).sum()}, {wq, keys, v});
     ASSERT_EQ(gf.size(), 3u);
