@@ -289,21 +289,17 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 // Batched and one-at-a-time beam alternate (two rounds), so that both see the same machine.
                 const int single = std::min(4, nb), rounds = 2;
                 double bdt = 0, sdt = 0, batched_flops = 0, single_flops = 0;
+                auto timed_beam = [&](const Batch& b, double& seconds, double& flops) {
+                  SearchStats st;
+                  double t0 = now_s();
+                  beam_search(model, b, bs, dev, &st);
+                  seconds += now_s() - t0;
+                  flops += beam_flops(b, st);
+                };
                 for (int round = 0; round < rounds; ++round) {
-                  SearchStats batched;
-                  double b0 = now_s();
-                  beam_search(model, sub, bs, dev, &batched);
-                  bdt += now_s() - b0;
-                  batched_flops += beam_flops(sub, batched);
+                  timed_beam(sub, bdt, batched_flops);
                   sampler.sample();
-                  for (int i = 0; i < single; ++i) {
-                    Batch one = make_src_batch(srcs, {first[static_cast<size_t>(i)]});
-                    SearchStats st;
-                    double s0 = now_s();
-                    beam_search(model, one, bs, dev, &st);
-                    sdt += now_s() - s0;
-                    single_flops += beam_flops(one, st);
-                  }
+                  for (int i = 0; i < single; ++i) timed_beam(make_src_batch(srcs, {first[static_cast<size_t>(i)]}), sdt, single_flops);
                   sampler.sample();
                 }
                 r.beam_sent_s = nb * rounds / bdt;
