@@ -36,20 +36,25 @@ double peak_rss_mb() {
   return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
-// Best of `reps` float32 products [M x K] . [K x N], in GFLOP/s.
-double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
+// Seconds of the fastest of `reps` products a . b (synchronised on CUDA).
+double best_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps) {
   torch::NoGradGuard ng;
-  auto a = torch::randn({M, K}, torch::TensorOptions().device(dev));
-  auto b = torch::randn({K, N}, torch::TensorOptions().device(dev));
-  auto c = torch::mm(a, b);
   double best = 1e9;
   for (int i = 0; i < reps; ++i) {
     double t0 = now_s();
-    c = torch::mm(a, b);
-    if (dev.is_cuda()) c.sum().item<float>();
+    torch::Tensor c = torch::mm(a, b);
+    if (c.is_cuda()) c.sum().item<float>();
     best = std::min(best, now_s() - t0);
   }
-  return 2.0 * static_cast<double>(M * K * N) / best / 1e9;
+  return best;
+}
+
+// Best of `reps` float32 products [M x K] . [K x N] (after one warm-up), in GFLOP/s.
+double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
+  auto a = torch::randn({M, K}, torch::TensorOptions().device(dev));
+  auto b = torch::randn({K, N}, torch::TensorOptions().device(dev));
+  best_mm_seconds(a, b, 1);
+  return 2.0 * static_cast<double>(M * K * N) / best_mm_seconds(a, b, reps) / 1e9;
 }
 
 // Best of 20 1024x1024x1024 float32 products: the roofline.
@@ -62,18 +67,11 @@ double matmul_gflops(const torch::Device& dev) { return gemm_gflops(dev, 1024, 1
 class RoofSampler {
  public:
   explicit RoofSampler(const torch::Device& dev)
-      : dev_(dev), a_(torch::randn({1024, 1024}, torch::TensorOptions().device(dev))), b_(torch::randn({1024, 1024}, torch::TensorOptions().device(dev))) {}
+      : a_(torch::randn({1024, 1024}, torch::TensorOptions().device(dev))), b_(torch::randn({1024, 1024}, torch::TensorOptions().device(dev))) {}
   // The fastest of three back-to-back products: the first after other work pays for cold caches and for
   // waking BLAS threads, which the timed work does not pay at that rate.
   void sample() {
-    torch::NoGradGuard ng;
-    double best = 1e9;
-    for (int i = 0; i < 3; ++i) {
-      double t0 = now_s();
-      torch::Tensor c = torch::mm(a_, b_);
-      if (dev_.is_cuda()) c.sum().item<float>();
-      best = std::min(best, now_s() - t0);
-    }
+    const double best = best_mm_seconds(a_, b_, 3);
     seconds_ += best;
     fastest_ = std::min(fastest_, best);
     ++n_;
@@ -85,7 +83,6 @@ class RoofSampler {
   double mean_gflops() const { return n_ == 0 ? 0.0 : 2.0 * 1024 * 1024 * 1024 * n_ / seconds_ / 1e9; }
 
  private:
-  torch::Device dev_;
   torch::Tensor a_, b_;
   double seconds_ = 0, fastest_ = 1e9;
   int n_ = 0;

@@ -31,8 +31,9 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
                                    const torch::Tensor& mask);
 
 // Additive scores v^T tanh(wq_t + k_s) for every query t and key s, as one autograd node:
-// wq [B, T, A], keys [B, S, A], v [A] -> [B, T, S]. The backward pass reads the saved tanh values once
-// and writes the key gradient directly, instead of the five [B, T, S, A] passes of the composed ops.
+// wq [B, T, A], keys [B, S, A], v [A] -> [B, T, S]. For float CPU tensors the forward is one pass over the
+// keys (tanh as a rational function, error < 4e-7) and keeps the tanh values only when a gradient is needed;
+// the backward reads them once and writes the query, key and v gradients in the same pass.
 torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v);
 
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
