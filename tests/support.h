@@ -17,10 +17,27 @@
 
 namespace attnmt::test {
 
+// Paths this test process created under the temporary directory; removed when the process ends (set
+// ATTNMT_KEEP_TEST_FILES=1 to keep them for a look). Forked children leave with _exit and never run this.
+struct TempPaths {
+  pid_t owner = ::getpid();
+  std::vector<std::filesystem::path> paths;
+  ~TempPaths() {
+    if (::getpid() != owner || std::getenv("ATTNMT_KEEP_TEST_FILES")) return;
+    std::error_code ec;
+    for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+  }
+};
+inline TempPaths& temp_paths() {
+  static TempPaths registry;
+  return registry;
+}
+
 inline std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::path(testing::TempDir()) / ("attnmt_" + name + "_" + std::to_string(::getpid()));
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
+  temp_paths().paths.push_back(dir);
   return dir.string();
 }
 
@@ -41,7 +58,11 @@ struct CliResult {
 
 // Runs the attnmt binary with the given arguments (a shell-quoted string).
 inline CliResult run_cli(const std::string& args, const std::string& stdin_file = "") {
-  std::string out = testing::TempDir() + "/attnmt_cli_out_" + std::to_string(::getpid()) + ".txt";
+  static const std::string out = [] {
+    std::string path = testing::TempDir() + "/attnmt_cli_out_" + std::to_string(::getpid()) + ".txt";
+    temp_paths().paths.push_back(path);
+    return path;
+  }();
   std::string cmd = std::string(ATTNMT_BIN) + " " + args + (stdin_file.empty() ? " </dev/null" : " <" + stdin_file) +
                     " >" + out + " 2>&1";
   int rc = std::system(cmd.c_str());

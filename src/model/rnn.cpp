@@ -12,8 +12,9 @@ RnnState RnnState::index_select(const torch::Tensor& rows) const {
 }
 
 RnnImpl::RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t layers, double dropout,
-                 bool bidirectional) {
-  double inner = layers > 1 ? dropout : 0.0;  // dropout between stacked layers only
+                 bool bidirectional)
+    : hidden_(hidden), layers_(layers), inner_dropout_(layers > 1 ? dropout : 0.0), bidirectional_(bidirectional) {
+  const double inner = inner_dropout_;  // dropout between stacked layers only
   if (cell == "lstm") {
     lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden)
                                                        .num_layers(layers)
@@ -52,6 +53,39 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& 
   return {out, RnnState{h, torch::Tensor()}};
 }
 
+std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
+  if (lstm || !x.device().is_cpu()) return forward_packed(x, lengths);
+  TORCH_CHECK(x.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == x.size(0), "Rnn::forward_lengths: x [B, S, In] and lengths [B] expected, got ",
+              x.sizes(), " and ", lengths.sizes());
+  const int64_t B = x.size(0), S = x.size(1);
+  const torch::Tensor len = lengths.to(torch::kLong).unsqueeze(1);               // [B, 1]
+  const torch::Tensor pos = torch::arange(S, len.options()).unsqueeze(0);         // [1, S]
+  const torch::Tensor valid = pos < len;                                          // [B, S]
+  const torch::Tensor rev = torch::where(valid, len - 1 - pos, pos).unsqueeze(2);  // reverses each sentence (an involution)
+  const torch::Tensor last = (len - 1).unsqueeze(2);                              // [B, 1, 1]
+  auto reverse = [&](const torch::Tensor& t) { return t.gather(1, rev.expand({B, S, t.size(2)})); };
+  auto at_last = [&](const torch::Tensor& t) { return t.gather(1, last.expand({B, 1, t.size(2)})).squeeze(1); };
+  const auto params = gru->named_parameters(/*recurse=*/false);
+  const torch::Tensor h0 = torch::zeros({1, B, hidden_}, x.options());
+  std::vector<torch::Tensor> finals;  // [B, H] per layer and direction, in h_n's order
+  torch::Tensor in = x;
+  for (int64_t l = 0; l < layers_; ++l) {
+    std::vector<torch::Tensor> outs;
+    for (int d = 0; d < (bidirectional_ ? 2 : 1); ++d) {
+      const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
+      const std::vector<torch::Tensor> w = {params["weight_ih" + sfx], params["weight_hh" + sfx], params["bias_ih" + sfx],
+                                            params["bias_hh" + sfx]};
+      torch::Tensor y = std::get<0>(at::gru(d ? reverse(in) : in, h0, w, /*has_biases=*/true, /*num_layers=*/1, 0.0,
+                                            is_training(), /*bidirectional=*/false, /*batch_first=*/true));
+      finals.push_back(at_last(y));
+      outs.push_back(d ? reverse(y) : y);
+    }
+    in = outs.size() == 2 ? torch::cat(outs, 2) : outs[0];
+    if (l + 1 < layers_) in = torch::dropout(in, inner_dropout_, is_training());
+  }
+  return {in * valid.unsqueeze(2).to(in.scalar_type()), RnnState{torch::stack(finals, 0), torch::Tensor()}};
+}
+
 EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
     : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers) {
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(Vocab::kPad)));
@@ -66,7 +100,7 @@ EncoderOutput EncoderImpl::forward(const torch::Tensor& src, const torch::Tensor
   TORCH_CHECK(mask.sizes() == src.sizes(), "Encoder: mask must match src, got ", mask.sizes());
   TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
   torch::Tensor x = drop(embed(src));                     // [B, S, E]
-  auto [states, st] = rnn->forward_packed(x, lengths);    // [B, S, H], h [L*dirs, B, H/dirs]
+  auto [states, st] = rnn->forward_lengths(x, lengths);   // [B, S, H], h [L*dirs, B, H/dirs]
   auto last = [&](const torch::Tensor& t) {
     if (!t.defined()) return torch::Tensor();
     if (bidirectional_) return torch::cat({t[2 * layers_ - 2], t[2 * layers_ - 1]}, -1);  // [B, H]
