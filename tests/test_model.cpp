@@ -319,6 +319,38 @@ TEST(Model, StepwiseAndAllStepsPathsAgree) {
   EXPECT_EQ(checked, 5 + 3);  // luong dot/general/concat, scaled_dot x2; none, bahdanau (GRU, LSTM)
 }
 
+// The fast training paths (the fused Bahdanau recurrence, the whole-sequence runs for `none` and Luong) give
+// the gradients of the step-by-step path: every parameter's, in double.
+TEST(Model, FastPathsGiveTheStepwiseGradients) {
+  TinyBatch b = tiny_batch();
+  int checked = 0;
+  for (const ModelConfig& m : all_models()) {
+    torch::manual_seed(0);
+    Seq2Seq model(m, 20, 20);
+    model->to(torch::kDouble);
+    if (model->decoder->luong_style() && !model->decoder->can_run_all_steps()) continue;
+    torch::manual_seed(1);
+    const torch::Tensor r = torch::randn({3, 4, 20}, torch::kDouble);
+    auto grads = [&](bool stepwise) {
+      model->zero_grad();
+      auto out = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, stepwise);
+      (out.logits * r).sum().backward();
+      std::vector<torch::Tensor> g = {out.logits.detach()};
+      for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+      return g;
+    };
+    const auto fast = grads(false), slow = grads(true);
+    ASSERT_EQ(fast.size(), slow.size()) << name_of(m);
+    ASSERT_EQ(fast.size(), model->parameters().size() + 1) << name_of(m);
+    for (size_t i = 0; i < fast.size(); ++i)
+      EXPECT_TRUE(torch::allclose(fast[i], slow[i], 1e-9, 1e-11))
+          << name_of(m) << " item " << i << " max diff " << (fast[i] - slow[i]).abs().max().item<double>();
+    EXPECT_GT(fast.back().abs().sum().item<double>(), 0.0) << name_of(m);  // the output layer's bias got a gradient
+    ++checked;
+  }
+  EXPECT_EQ(checked, 8);
+}
+
 TEST(Model, EveryAttentionTypeOverfitsEightPairs) {
   torch::manual_seed(5);
   const int64_t B = 8, S = 6, T = 6, V = 16;

@@ -95,9 +95,10 @@ bool float_cpu(const torch::Tensor& a, const torch::Tensor& b, const torch::Tens
     if (!t->is_cpu() || t->scalar_type() != torch::kFloat) return false;
   return true;
 }
+}  // namespace
 
-// Scores, and the tanh values when e_out is given (for the backward pass).
-torch::Tensor additive_forward(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v, torch::Tensor* e_out) {
+torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
+                                      torch::Tensor* e_out) {
   if (!float_cpu(wq, keys, v)) {  // double (tests) and other devices: ATen's ops
     torch::Tensor e = (wq.unsqueeze(2) + keys.unsqueeze(1)).tanh_();  // [B, T, S, A]
     if (e_out) *e_out = e;
@@ -113,58 +114,68 @@ torch::Tensor additive_forward(const torch::Tensor& wq, const torch::Tensor& key
   return scores;
 }
 
+torch::Tensor additive_scores_backward(const torch::Tensor& e, const torch::Tensor& v, const torch::Tensor& grad_scores,
+                                       torch::Tensor& g_keys, torch::Tensor& g_v) {
+  const torch::Tensor gs = grad_scores.contiguous();  // [B, T, S]
+  const int64_t B = e.size(0), T = e.size(1), S = e.size(2), A = e.size(3);
+  if (!e.is_cpu() || !e.is_contiguous() || !g_keys.is_contiguous()) {  // other devices: the same math in composed ops
+    torch::Tensor g = gs.unsqueeze(-1) * v * (1 - e * e);
+    g_keys.add_(g.sum(1));
+    g_v.add_((gs.unsqueeze(-1) * e).sum({0, 1, 2}));
+    return g.sum(2);
+  }
+  torch::Tensor g_wq = torch::zeros({B, T, A}, e.options());
+  torch::Tensor g_v_rows = torch::zeros({B, A}, e.options());  // per-sentence partial sums (threads own rows)
+  const torch::Tensor vc = v.contiguous();
+  AT_DISPATCH_FLOATING_TYPES(e.scalar_type(), "additive_scores_backward", [&] {
+    const scalar_t* E = e.data_ptr<scalar_t>();
+    const scalar_t* G = gs.data_ptr<scalar_t>();
+    const scalar_t* V = vc.data_ptr<scalar_t>();
+    scalar_t* GQ = g_wq.data_ptr<scalar_t>();
+    scalar_t* GK = g_keys.data_ptr<scalar_t>();
+    scalar_t* GV = g_v_rows.data_ptr<scalar_t>();
+    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b)
+        for (int64_t t = 0; t < T; ++t) {
+          scalar_t* __restrict__ gq = GQ + (b * T + t) * A;
+          for (int64_t s = 0; s < S; ++s) {
+            const scalar_t c = G[(b * T + t) * S + s];
+            if (c == 0) continue;  // masked positions: softmax gave them no gradient
+            const scalar_t* __restrict__ er = E + ((b * T + t) * S + s) * A;
+            scalar_t* __restrict__ gk = GK + (b * S + s) * A;
+            scalar_t* __restrict__ gv = GV + b * A;
+            for (int64_t a = 0; a < A; ++a) {
+              const scalar_t x = er[a];
+              const scalar_t d = c * V[a] * (1 - x * x);  // d score / d pre-activation
+              gq[a] += d;
+              gk[a] += d;
+              gv[a] += c * x;
+            }
+          }
+        }
+    });
+  });
+  g_v.add_(g_v_rows.sum(0));
+  return g_wq;
+}
+
+namespace {
 struct AdditiveScores : public torch::autograd::Function<AdditiveScores> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& wq, const torch::Tensor& keys,
                                const torch::Tensor& v) {
     torch::Tensor e;
-    torch::Tensor scores = additive_forward(wq, keys, v, &e);
+    torch::Tensor scores = additive_scores_forward(wq, keys, v, &e);
     ctx->save_for_backward({e, v});
     return scores;
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor &e = saved[0], &v = saved[1];
-    const torch::Tensor gs = grads[0].contiguous();  // [B, T, S]
-    const int64_t B = e.size(0), T = e.size(1), S = e.size(2), A = e.size(3);
-    if (!e.is_cpu() || !e.is_contiguous()) {  // other devices: the same math in composed ops
-      torch::Tensor g = gs.unsqueeze(-1) * v * (1 - e * e);
-      return {g.sum(2), g.sum(1), (gs.unsqueeze(-1) * e).sum({0, 1, 2})};
-    }
-    torch::Tensor g_wq = torch::zeros({B, T, A}, e.options()), g_keys = torch::zeros({B, S, A}, e.options());
-    torch::Tensor g_v_rows = torch::zeros({B, A}, e.options());  // per-sentence partial sums (threads own rows)
-    const torch::Tensor vc = v.contiguous();
-    AT_DISPATCH_FLOATING_TYPES(e.scalar_type(), "additive_scores_backward", [&] {
-      const scalar_t* E = e.data_ptr<scalar_t>();
-      const scalar_t* G = gs.data_ptr<scalar_t>();
-      const scalar_t* V = vc.data_ptr<scalar_t>();
-      scalar_t* GQ = g_wq.data_ptr<scalar_t>();
-      scalar_t* GK = g_keys.data_ptr<scalar_t>();
-      scalar_t* GV = g_v_rows.data_ptr<scalar_t>();
-      at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
-        for (int64_t b = b0; b < b1; ++b)
-          for (int64_t t = 0; t < T; ++t) {
-            scalar_t* __restrict__ gq = GQ + (b * T + t) * A;
-            for (int64_t s = 0; s < S; ++s) {
-              const scalar_t c = G[(b * T + t) * S + s];
-              if (c == 0) continue;  // masked positions: softmax gave them no gradient
-              const scalar_t* __restrict__ er = E + ((b * T + t) * S + s) * A;
-              scalar_t* __restrict__ gk = GK + (b * S + s) * A;
-              scalar_t* __restrict__ gv = GV + b * A;
-              for (int64_t a = 0; a < A; ++a) {
-                const scalar_t x = er[a];
-                const scalar_t d = c * V[a] * (1 - x * x);  // d score / d pre-activation
-                gq[a] += d;
-                gk[a] += d;
-                gv[a] += c * x;
-              }
-            }
-          }
-      });
-    });
-    return {g_wq, g_keys, g_v_rows.sum(0)};
+    torch::Tensor g_keys = torch::zeros({e.size(0), e.size(2), e.size(3)}, e.options()), g_v = torch::zeros_like(v);
+    torch::Tensor g_wq = additive_scores_backward(e, v, grads[0], g_keys, g_v);
+    return {g_wq, g_keys, g_v};
   }
 };
-
 void check_query(const torch::Tensor& query, const AttentionMemory& mem, int64_t dim, const char* who) {
   TORCH_CHECK(query.dim() == 3, who, ": query must be [B, T, Q], got ", query.sizes());
   TORCH_CHECK(query.size(0) == mem.mask.size(0), who, ": batch ", query.size(0), " vs memory ", mem.mask.size(0));
@@ -183,7 +194,7 @@ torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys
   TORCH_CHECK(wq.size(0) == keys.size(0) && wq.size(2) == keys.size(2) && keys.size(2) == v.size(0),
               "additive_scores: dims disagree: ", wq.sizes(), ", ", keys.sizes(), ", ", v.sizes());
   if (!torch::GradMode::is_enabled() || !(wq.requires_grad() || keys.requires_grad() || v.requires_grad()))
-    return additive_forward(wq, keys, v, nullptr);  // decoding: no tanh values kept
+    return additive_scores_forward(wq, keys, v, nullptr);  // decoding: no tanh values kept
   return AdditiveScores::apply(wq, keys, v);
 }
 

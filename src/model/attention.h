@@ -36,6 +36,15 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
 // the backward reads them once and writes the query, key and v gradients in the same pass.
 torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v);
 
+// The two halves of additive_scores, for code that runs its own backward pass (the fused decoder recurrence).
+// The forward stores the tanh values [B, T, S, A] in *tanh_out when given. The backward returns the gradient
+// of wq and adds those of keys ([B, S, A], contiguous) and v into g_keys and g_v, so that several calls can
+// share one buffer.
+torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
+                                      torch::Tensor* tanh_out);
+torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::Tensor& v, const torch::Tensor& grad_scores,
+                                       torch::Tensor& g_keys, torch::Tensor& g_v);
+
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
 
@@ -57,6 +66,8 @@ class AdditiveAttention : public AttentionImpl {
   AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
   AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
   int64_t context_dim() const override { return key_dim_; }
+  const torch::Tensor& query_weight() const { return w_query->weight; }  // [A, Q]
+  torch::Tensor v_vector() const { return v->weight.view({-1}); }        // [A]
 
  private:
   int64_t key_dim_;

@@ -1,6 +1,7 @@
 #include "model/rnn.h"
 
 #include "data/vocab.h"
+#include "model/recurrence.h"
 
 namespace attnmt {
 
@@ -51,6 +52,12 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& 
   auto [y, h] = gru->forward_with_packed_input(packed);
   auto [out, len] = rnnu::pad_packed_sequence(y, true, 0.0, total);
   return {out, RnnState{h, torch::Tensor()}};
+}
+
+torch::Tensor RnnImpl::param(const std::string& name) const {
+  const torch::Tensor* p = (lstm ? lstm->named_parameters(false) : gru->named_parameters(false)).find(name);
+  TORCH_CHECK(p, "Rnn: no parameter ", name);
+  return *p;
 }
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
@@ -203,33 +210,46 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
     return o;
   }
   if (!luong_style_ && !stepwise && teacher_forcing >= 1.0) {
-    // Bahdanau / none: the recurrence must be stepped (the context depends on s_{t-1}), but what does not
-    // feed back is batched over all steps: embeddings (one lookup and dropout) and the readout
-    // tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
+    // Bahdanau / none: what does not feed back is batched over all steps: embeddings (one lookup and dropout)
+    // and the readout tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
     torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+    if (!attention_) {
+      // The fixed context is the same at every step: one RNN call over [e_t; c] for all steps.
+      torch::Tensor C = state.fixed.unsqueeze(1).expand({-1, T, -1});
+      auto [Y, st] = rnn->forward(torch::cat({e_all, C}, -1), state.rnn);
+      o.readout = torch::tanh(combine(torch::cat({Y, C, e_all}, -1)));
+      return o;
+    }
+    auto* additive = dynamic_cast<AdditiveAttention*>(attention_.get());
+    if (additive && !rnn->is_lstm() && layers_ == 1) {
+      // One GRU layer with additive attention: the stepped recurrence as one autograd node (model/recurrence.h).
+      const int64_t E = e_all.size(2);
+      const torch::Tensor w_ih = rnn->param("weight_ih_l0");  // [3H, E + C]: embedding columns, then context columns
+      const torch::Tensor gi_x = torch::nn::functional::linear(e_all, w_ih.narrow(1, 0, E), rnn->param("bias_ih_l0"));
+      AdditiveGruRecurrence r = additive_gru_recurrence(gi_x, state.rnn.h[0], mem.keys, mem.values, mem.mask,
+                                                        w_ih.narrow(1, E, w_ih.size(1) - E), rnn->param("weight_hh_l0"),
+                                                        rnn->param("bias_hh_l0"), additive->query_weight(), additive->v_vector());
+      o.readout = torch::tanh(combine(torch::cat({r.states, r.contexts, e_all}, -1)));
+      o.weights = r.weights;
+      return o;
+    }
+    // Otherwise the recurrence is stepped (the context depends on s_{t-1}).
     // One unbind rather than T selects: each select's backward would fill a whole [B, T, E] gradient.
     const std::vector<torch::Tensor> e_steps = e_all.unbind(1);
     std::vector<torch::Tensor> ys, ctxs, weights;
     ys.reserve(static_cast<size_t>(T));
     ctxs.reserve(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
-      torch::Tensor ctx;
-      if (attention_) {
-        AttentionOutput a = attention_->attend(state.rnn.h[layers_ - 1].unsqueeze(1), mem);  // queried with s_{t-1}
-        ctx = a.context.squeeze(1);
-        weights.push_back(a.weights.squeeze(1));
-        ctxs.push_back(ctx);
-      } else {
-        ctx = state.fixed;
-      }
+      AttentionOutput a = attention_->attend(state.rnn.h[layers_ - 1].unsqueeze(1), mem);  // queried with s_{t-1}
+      torch::Tensor ctx = a.context.squeeze(1);
+      weights.push_back(a.weights.squeeze(1));
+      ctxs.push_back(ctx);
       auto [y, st] = rnn->forward(torch::cat({e_steps[static_cast<size_t>(t)], ctx}, -1).unsqueeze(1), state.rnn);
       state.rnn = st;
       ys.push_back(y.squeeze(1));
     }
-    torch::Tensor Y = torch::stack(ys, 1);  // [B, T, H]
-    torch::Tensor C = attention_ ? torch::stack(ctxs, 1) : state.fixed.unsqueeze(1).expand({-1, T, -1});
-    o.readout = torch::tanh(combine(torch::cat({Y, C, e_all}, -1)));
-    if (!weights.empty()) o.weights = torch::stack(weights, 1);
+    o.readout = torch::tanh(combine(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1)));
+    o.weights = torch::stack(weights, 1);
     return o;
   }
   std::vector<torch::Tensor> readouts, weights, heads;

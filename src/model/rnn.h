@@ -30,6 +30,9 @@ class RnnImpl : public torch::nn::Module {
   // bidirectional GRU over 29 steps). GRU on the CPU only; LSTM and other devices use forward_packed.
   std::pair<torch::Tensor, RnnState> forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths);
   bool is_lstm() const { return static_cast<bool>(lstm); }
+  int64_t layers() const { return layers_; }
+  // A weight or bias by its LibTorch name ("weight_ih_l0", "bias_hh_l0", ...).
+  torch::Tensor param(const std::string& name) const;
 
  private:
   int64_t hidden_, layers_;

@@ -1,0 +1,120 @@
+#include "model/recurrence.h"
+
+#include "model/attention.h"
+
+namespace attnmt {
+
+namespace {
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::tensor_list;
+
+struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
+  static tensor_list forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& keys, const Tensor& values,
+                             const Tensor& mask, const Tensor& w_ctx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& w_q,
+                             const Tensor& v, bool keep) {
+    const int64_t T = gi_x.size(1), H = h0.size(1), A = keys.size(2);
+    const Tensor w_hq = torch::cat({w_hh, w_q}, 0);                          // [3H + A, H]
+    const Tensor b_hq = torch::cat({b_hh, torch::zeros({A}, b_hh.options())});  // the query has no bias
+    const Tensor gi_steps = gi_x.transpose(0, 1);                             // [T, B, 3H]
+    const Tensor blocked = mask.logical_not();
+    std::vector<Tensor> hs = {h0}, rz, n, ghn, tanh, alpha, ctxs;
+    for (int64_t t = 0; t < T; ++t) {
+      const Tensor& h = hs.back();
+      const Tensor hq = torch::addmm(b_hq, h, w_hq.t());  // [B, 3H + A]: W_hh s + b_hh, and the query W_q s
+      Tensor e;
+      const Tensor scores = additive_scores_forward(hq.narrow(1, 3 * H, A).unsqueeze(1), keys, v, keep ? &e : nullptr).squeeze(1);
+      const Tensor a = torch::softmax(scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()), 1);
+      const Tensor c = torch::bmm(a.unsqueeze(1), values).squeeze(1);   // [B, C]
+      const Tensor gi = torch::addmm(gi_steps[t], c, w_ctx.t());        // [B, 3H]
+      const Tensor g = (gi.narrow(1, 0, 2 * H) + hq.narrow(1, 0, 2 * H)).sigmoid_();  // r, z
+      const Tensor gh_n = hq.narrow(1, 2 * H, H);
+      const Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh_n).tanh_();
+      hs.push_back(torch::addcmul(nt, g.narrow(1, H, H), h - nt));  // (1 - z) n + z h
+      rz.push_back(g);
+      n.push_back(nt);
+      ghn.push_back(gh_n);
+      tanh.push_back(e);
+      alpha.push_back(a);
+      ctxs.push_back(c);
+    }
+    const Tensor weights = torch::stack(alpha, 1);  // [B, T, S]
+    ctx->mark_non_differentiable({weights});
+    if (!keep) return {torch::stack(tensor_list(hs.begin() + 1, hs.end()), 1), torch::stack(ctxs, 1), weights};
+    const Tensor h_all = torch::stack(hs, 0);  // [T + 1, B, H]
+    const Tensor c_all = torch::stack(ctxs, 0);  // [T, B, C]
+    const Tensor a_all = torch::stack(alpha, 0);  // [T, B, S]
+    tensor_list saved = {h_all, c_all, a_all, torch::stack(rz, 0), torch::stack(n, 0), torch::stack(ghn, 0),
+                         keys, values, w_ctx, w_hq, v};
+    saved.insert(saved.end(), tanh.begin(), tanh.end());
+    ctx->save_for_backward(saved);
+    return {h_all.narrow(0, 1, T).transpose(0, 1), c_all.transpose(0, 1), weights};
+  }
+
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &h_all = s[0], &c_all = s[1], &a_all = s[2], &rz = s[3], &n = s[4], &ghn = s[5], &keys = s[6], &values = s[7],
+                 &w_ctx = s[8], &w_hq = s[9], &v = s[10];
+    const int64_t T = c_all.size(0), B = c_all.size(1), H = h_all.size(2), A = keys.size(2), G = 3 * H;
+    const Tensor dy = grads[0].transpose(0, 1), dc_out = grads[1].transpose(0, 1);  // [T, B, H], [T, B, C]
+    Tensor d_hq = torch::empty({T, B, G + A}, h_all.options());  // gradients of W_hh s + b_hh and of W_q s, per step
+    Tensor d_gi = torch::empty({T, B, G}, h_all.options());      // gradients of the input gates, per step
+    Tensor d_ctx = torch::empty({T, B, values.size(2)}, h_all.options());  // gradients of c_t, per step
+    Tensor g_keys = torch::zeros_like(keys).contiguous(), g_v = torch::zeros_like(v);
+    Tensor dh = torch::zeros({B, H}, h_all.options());
+    for (int64_t t = T - 1; t >= 0; --t) {
+      dh = dh + dy[t];
+      const Tensor h = h_all[t], r = rz[t].narrow(1, 0, H), z = rz[t].narrow(1, H, H), nt = n[t];
+      // s_t = n + z (s_{t-1} - n)
+      const Tensor d_pre_n = dh * (1 - z) * (1 - nt * nt);  // through tanh
+      const Tensor d_pre_z = dh * (h - nt) * z * (1 - z);
+      const Tensor d_pre_r = d_pre_n * ghn[t] * r * (1 - r);
+      Tensor dgi = d_gi[t], dhq = d_hq[t];
+      dgi.narrow(1, 0, H).copy_(d_pre_r);
+      dgi.narrow(1, H, H).copy_(d_pre_z);
+      dgi.narrow(1, 2 * H, H).copy_(d_pre_n);
+      dhq.narrow(1, 0, 2 * H).copy_(dgi.narrow(1, 0, 2 * H));
+      dhq.narrow(1, 2 * H, H).copy_(d_pre_n * r);
+      // c_t = sum_j a_tj v_j, and c_t enters the gates through w_ctx and the readout (dc_out)
+      const Tensor dc = torch::addmm(dc_out[t], dgi, w_ctx);  // [B, C]
+      const Tensor a = a_all[t];                                // [B, S]
+      const Tensor da = torch::bmm(values, dc.unsqueeze(2)).squeeze(2);  // [B, S]
+      d_ctx[t].copy_(dc);  // the value gradient sum_t a_t^T dc_t is one product after the loop
+      const Tensor d_scores = a * (da - (a * da).sum(1, true));  // softmax backward; 0 where masked
+      const Tensor dq = additive_scores_backward(s[11 + static_cast<size_t>(t)], v, d_scores.unsqueeze(1), g_keys, g_v);
+      dhq.narrow(1, G, A).copy_(dq.squeeze(1));
+      dh = torch::addmm(dh * z, dhq, w_hq);  // to s_{t-1}: directly, through the gates and through the query
+    }
+    // Weight gradients: one product over all T x B rows each.
+    const Tensor d_w_hq = torch::mm(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
+    const Tensor d_w_ctx = torch::mm(d_gi.view({T * B, G}).t(), c_all.reshape({T * B, c_all.size(2)}));
+    const Tensor g_values = torch::bmm(a_all.permute({1, 2, 0}), d_ctx.transpose(0, 1));  // sum_t a_t^T dc_t  [B, S, C]
+    const Tensor d_b_hh = d_hq.narrow(2, 0, G).sum(torch::IntArrayRef{0, 1});
+    return {d_gi.transpose(0, 1), dh, g_keys, g_values, Tensor(), d_w_ctx, d_w_hq.narrow(0, 0, G), d_b_hh,
+            d_w_hq.narrow(0, G, A), g_v, Tensor()};
+  }
+};
+}  // namespace
+
+AdditiveGruRecurrence additive_gru_recurrence(const Tensor& gi_x, const Tensor& h0, const Tensor& keys, const Tensor& values,
+                                              const Tensor& mask, const Tensor& w_ctx, const Tensor& w_hh, const Tensor& b_hh,
+                                              const Tensor& w_q, const Tensor& v) {
+  TORCH_CHECK(gi_x.dim() == 3 && h0.dim() == 2 && keys.dim() == 3 && values.dim() == 3 && mask.dim() == 2,
+              "additive_gru_recurrence: gi_x [B, T, 3H], h0 [B, H], keys [B, S, A], values [B, S, C], mask [B, S] expected, got ",
+              gi_x.sizes(), ", ", h0.sizes(), ", ", keys.sizes(), ", ", values.sizes(), ", ", mask.sizes());
+  const int64_t B = gi_x.size(0), H = h0.size(1), S = keys.size(1), A = keys.size(2), C = values.size(2);
+  TORCH_CHECK(gi_x.size(2) == 3 * H && h0.size(0) == B && keys.size(0) == B && values.size(0) == B && values.size(1) == S &&
+                  mask.size(0) == B && mask.size(1) == S,
+              "additive_gru_recurrence: batch, length or gate sizes disagree");
+  TORCH_CHECK(w_ctx.sizes() == torch::IntArrayRef({3 * H, C}) && w_hh.sizes() == torch::IntArrayRef({3 * H, H}) &&
+                  b_hh.sizes() == torch::IntArrayRef({3 * H}) && w_q.sizes() == torch::IntArrayRef({A, H}) &&
+                  v.sizes() == torch::IntArrayRef({A}),
+              "additive_gru_recurrence: weight shapes disagree with H = ", H, ", A = ", A, ", C = ", C);
+  bool keep = false;  // tanh values and per-step states, kept only when a gradient will be asked for
+  if (torch::GradMode::is_enabled())
+    for (const Tensor* t : {&gi_x, &h0, &keys, &values, &w_ctx, &w_hh, &b_hh, &w_q, &v}) keep = keep || t->requires_grad();
+  auto out = AdditiveGru::apply(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep);
+  return {out[0], out[1], out[2]};
+}
+
+}  // namespace attnmt

@@ -1,0 +1,29 @@
+// The Bahdanau decoder recurrence over all target steps as one autograd node: per step, the attention query
+// W_q s_{t-1}, additive scores, masked softmax and context, then one GRU cell fed [e_t; c_t].
+//
+// Why one node: under autograd every step adds some 40 small nodes; their backward accumulates the key,
+// value and weight gradients step by step (an add of a whole [B, S, A] or [3H, H] tensor each time), and
+// computes each weight gradient as T products of B rows. Here the backward walks the steps once, adds the
+// key/value gradients into one buffer, and computes each weight gradient as a single product over all
+// T x B rows. The GRU's product with s_{t-1} and the attention query's share one matrix product.
+#pragma once
+#include <torch/torch.h>
+
+namespace attnmt {
+
+struct AdditiveGruRecurrence {
+  torch::Tensor states;    // [B, T, H] s_1 .. s_T
+  torch::Tensor contexts;  // [B, T, C] c_1 .. c_T (c_t computed from s_{t-1})
+  torch::Tensor weights;   // [B, T, S] attention weights (no gradient)
+};
+
+// gi_x [B, T, 3H]: the GRU's input gates from the target embeddings, bias b_ih included (computed outside for
+// all steps in one product); h0 [B, H]; keys [B, S, A] (U h_j + b); values [B, S, C]; mask [B, S] bool;
+// w_ctx [3H, C]: the columns of W_ih that multiply the context; w_hh [3H, H], b_hh [3H]; w_q [A, H]; v [A].
+// Gate order r, z, n as in torch::nn::GRU.
+AdditiveGruRecurrence additive_gru_recurrence(const torch::Tensor& gi_x, const torch::Tensor& h0, const torch::Tensor& keys,
+                                              const torch::Tensor& values, const torch::Tensor& mask, const torch::Tensor& w_ctx,
+                                              const torch::Tensor& w_hh, const torch::Tensor& b_hh, const torch::Tensor& w_q,
+                                              const torch::Tensor& v);
+
+}  // namespace attnmt
