@@ -9,6 +9,66 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
+// One GRU cell from its precomputed gate inputs gi = W_ih x + b_ih and gh = W_hh h + b_hh ([B, 3H], gates r, z, n):
+// r, z = sigmoid(gi + gh), n = tanh(gi_n + r gh_n), h' = (1 - z) n + z h.
+struct GruCell {
+  Tensor h, rz, n;  // new state, the r and z gates [B, 2H], n [B, H]
+};
+GruCell gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, int64_t H) {
+  Tensor g = (gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H)).sigmoid_();
+  Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh.narrow(1, 2 * H, H)).tanh_();
+  Tensor h_new = torch::addcmul(nt, g.narrow(1, H, H), h - nt);  // n + z (h - n)
+  return {h_new, g, nt};
+}
+
+// Backward of gru_cell for the gradient dh of h': writes the gradients of gi and gh into dgi and dgh ([B, 3H]
+// views) and returns the direct part of the gradient of h (dh z; the part through gh is dgh W_hh).
+Tensor gru_cell_backward(const Tensor& dh, const Tensor& h, const Tensor& rz, const Tensor& n, const Tensor& gh_n, Tensor dgi,
+                         Tensor dgh, int64_t H) {
+  const Tensor r = rz.narrow(1, 0, H), z = rz.narrow(1, H, H);
+  const Tensor d_pre_n = dh * (1 - z) * (1 - n * n);  // through tanh
+  dgi.narrow(1, 0, H).copy_(d_pre_n * gh_n * r * (1 - r));
+  dgi.narrow(1, H, H).copy_(dh * (h - n) * z * (1 - z));
+  dgi.narrow(1, 2 * H, H).copy_(d_pre_n);
+  dgh.narrow(1, 0, 2 * H).copy_(dgi.narrow(1, 0, 2 * H));
+  dgh.narrow(1, 2 * H, H).copy_(d_pre_n * r);
+  return dh * z;
+}
+
+// A one-layer GRU over all steps from precomputed input gates: the backward computes W_hh's gradient as one
+// product over all T x B rows (ATen's GRU: T products of B rows, each added into the gradient).
+struct GruSequence : public torch::autograd::Function<GruSequence> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
+    const int64_t T = gi_x.size(1), H = h0.size(1);
+    const Tensor gi_steps = gi_x.transpose(0, 1);  // [T, B, 3H]
+    std::vector<Tensor> hs = {h0}, rz, n, gh;
+    for (int64_t t = 0; t < T; ++t) {
+      gh.push_back(torch::addmm(b_hh, hs.back(), w_hh.t()));
+      GruCell c = gru_cell(gi_steps[t], gh.back(), hs.back(), H);
+      hs.push_back(c.h);
+      rz.push_back(c.rz);
+      n.push_back(c.n);
+    }
+    const Tensor h_all = torch::stack(hs, 0);  // [T + 1, B, H]
+    ctx->save_for_backward({h_all, torch::stack(rz, 0), torch::stack(n, 0), torch::stack(gh, 0).narrow(2, 2 * H, H), w_hh});
+    return h_all.narrow(0, 1, T).transpose(0, 1);  // [B, T, H]
+  }
+  static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &h_all = s[0], &rz = s[1], &n = s[2], &ghn = s[3], &w_hh = s[4];
+    const int64_t T = rz.size(0), B = rz.size(1), H = h_all.size(2), G = 3 * H;
+    const Tensor dy = grads[0].transpose(0, 1);  // [T, B, H]
+    Tensor d_gi = torch::empty({T, B, G}, h_all.options()), d_gh = torch::empty({T, B, G}, h_all.options());
+    Tensor dh = torch::zeros({B, H}, h_all.options());
+    for (int64_t t = T - 1; t >= 0; --t) {
+      const Tensor direct = gru_cell_backward(dh + dy[t], h_all[t], rz[t], n[t], ghn[t], d_gi[t], d_gh[t], H);
+      dh = torch::addmm(direct, d_gh[t], w_hh);
+    }
+    const Tensor d_w_hh = torch::mm(d_gh.view({T * B, G}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
+    return {d_gi.transpose(0, 1), dh, d_w_hh, d_gh.sum(torch::IntArrayRef{0, 1})};
+  }
+};
+
 struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
   static tensor_list forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& keys, const Tensor& values,
                              const Tensor& mask, const Tensor& w_ctx, const Tensor& w_hh, const Tensor& b_hh, const Tensor& w_q,
@@ -27,13 +87,11 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       const Tensor a = torch::softmax(scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()), 1);
       const Tensor c = torch::bmm(a.unsqueeze(1), values).squeeze(1);   // [B, C]
       const Tensor gi = torch::addmm(gi_steps[t], c, w_ctx.t());        // [B, 3H]
-      const Tensor g = (gi.narrow(1, 0, 2 * H) + hq.narrow(1, 0, 2 * H)).sigmoid_();  // r, z
-      const Tensor gh_n = hq.narrow(1, 2 * H, H);
-      const Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh_n).tanh_();
-      hs.push_back(torch::addcmul(nt, g.narrow(1, H, H), h - nt));  // (1 - z) n + z h
-      rz.push_back(g);
-      n.push_back(nt);
-      ghn.push_back(gh_n);
+      GruCell cell = gru_cell(gi, hq, h, H);
+      hs.push_back(cell.h);
+      rz.push_back(cell.rz);
+      n.push_back(cell.n);
+      ghn.push_back(hq.narrow(1, 2 * H, H));
       tanh.push_back(e);
       alpha.push_back(a);
       ctxs.push_back(c);
@@ -63,18 +121,8 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     Tensor g_keys = torch::zeros_like(keys).contiguous(), g_v = torch::zeros_like(v);
     Tensor dh = torch::zeros({B, H}, h_all.options());
     for (int64_t t = T - 1; t >= 0; --t) {
-      dh = dh + dy[t];
-      const Tensor h = h_all[t], r = rz[t].narrow(1, 0, H), z = rz[t].narrow(1, H, H), nt = n[t];
-      // s_t = n + z (s_{t-1} - n)
-      const Tensor d_pre_n = dh * (1 - z) * (1 - nt * nt);  // through tanh
-      const Tensor d_pre_z = dh * (h - nt) * z * (1 - z);
-      const Tensor d_pre_r = d_pre_n * ghn[t] * r * (1 - r);
       Tensor dgi = d_gi[t], dhq = d_hq[t];
-      dgi.narrow(1, 0, H).copy_(d_pre_r);
-      dgi.narrow(1, H, H).copy_(d_pre_z);
-      dgi.narrow(1, 2 * H, H).copy_(d_pre_n);
-      dhq.narrow(1, 0, 2 * H).copy_(dgi.narrow(1, 0, 2 * H));
-      dhq.narrow(1, 2 * H, H).copy_(d_pre_n * r);
+      const Tensor direct = gru_cell_backward(dh + dy[t], h_all[t], rz[t], n[t], ghn[t], dgi, dhq.narrow(1, 0, G), H);
       // c_t = sum_j a_tj v_j, and c_t enters the gates through w_ctx and the readout (dc_out)
       const Tensor dc = torch::addmm(dc_out[t], dgi, w_ctx);  // [B, C]
       const Tensor a = a_all[t];                                // [B, S]
@@ -83,7 +131,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       const Tensor d_scores = a * (da - (a * da).sum(1, true));  // softmax backward; 0 where masked
       const Tensor dq = additive_scores_backward(s[11 + static_cast<size_t>(t)], v, d_scores.unsqueeze(1), g_keys, g_v);
       dhq.narrow(1, G, A).copy_(dq.squeeze(1));
-      dh = torch::addmm(dh * z, dhq, w_hq);  // to s_{t-1}: directly, through the gates and through the query
+      dh = torch::addmm(direct, dhq, w_hq);  // to s_{t-1}: directly, through the gates and through the query
     }
     // Weight gradients: one product over all T x B rows each.
     const Tensor d_w_hq = torch::mm(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
@@ -95,6 +143,15 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
   }
 };
 }  // namespace
+
+torch::Tensor gru_sequence(const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
+  TORCH_CHECK(gi_x.dim() == 3 && h0.dim() == 2 && gi_x.size(0) == h0.size(0) && gi_x.size(2) == 3 * h0.size(1),
+              "gru_sequence: gi_x [B, T, 3H] and h0 [B, H] expected, got ", gi_x.sizes(), " and ", h0.sizes());
+  const int64_t H = h0.size(1);
+  TORCH_CHECK(w_hh.sizes() == torch::IntArrayRef({3 * H, H}) && b_hh.sizes() == torch::IntArrayRef({3 * H}),
+              "gru_sequence: w_hh [3H, H] and b_hh [3H] expected for H = ", H, ", got ", w_hh.sizes(), " and ", b_hh.sizes());
+  return GruSequence::apply(gi_x, h0, w_hh, b_hh);
+}
 
 AdditiveGruRecurrence additive_gru_recurrence(const Tensor& gi_x, const Tensor& h0, const Tensor& keys, const Tensor& values,
                                               const Tensor& mask, const Tensor& w_ctx, const Tensor& w_hh, const Tensor& b_hh,

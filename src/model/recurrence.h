@@ -1,4 +1,5 @@
-// The Bahdanau decoder recurrence over all target steps as one autograd node: per step, the attention query
+// Recurrences run as one autograd node each (CPU training paths). The Bahdanau decoder recurrence over all
+// target steps: per step, the attention query
 // W_q s_{t-1}, additive scores, masked softmax and context, then one GRU cell fed [e_t; c_t].
 //
 // Why one node: under autograd every step adds some 40 small nodes; their backward accumulates the key,
@@ -10,6 +11,12 @@
 #include <torch/torch.h>
 
 namespace attnmt {
+
+// A one-layer GRU over all T steps from its precomputed input gates gi_x = W_ih x + b_ih ([B, T, 3H]), as one
+// autograd node: h0 [B, H], w_hh [3H, H], b_hh [3H] -> states [B, T, H]. ATen's GRU backward builds a dozen
+// nodes per step and adds each step's W_hh gradient into the total; here W_hh's gradient is one product over
+// all T x B rows. Same values and gradients as torch::nn::GRU.
+torch::Tensor gru_sequence(const torch::Tensor& gi_x, const torch::Tensor& h0, const torch::Tensor& w_hh, const torch::Tensor& b_hh);
 
 struct AdditiveGruRecurrence {
   torch::Tensor states;    // [B, T, H] s_1 .. s_T

@@ -31,7 +31,22 @@ RnnImpl::RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t
   }
 }
 
+namespace {
+// One GRU layer and direction as a single autograd node (model/recurrence.h): training on the CPU.
+bool use_gru_sequence(const torch::Tensor& x) { return x.is_cpu() && torch::GradMode::is_enabled() && x.size(1) > 1; }
+
+torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
+                        const torch::Tensor& b_ih, const torch::Tensor& b_hh) {
+  return gru_sequence(torch::nn::functional::linear(x, w_ih, b_ih), h0, w_hh, b_hh);
+}
+}  // namespace
+
 std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, const RnnState& state) {
+  if (gru && layers_ == 1 && !bidirectional_ && use_gru_sequence(x)) {
+    const torch::Tensor h0 = state.h.defined() ? state.h[0] : torch::zeros({x.size(0), hidden_}, x.options());
+    torch::Tensor y = gru_layer(x, h0, param("weight_ih_l0"), param("weight_hh_l0"), param("bias_ih_l0"), param("bias_hh_l0"));
+    return {y, RnnState{y.select(1, y.size(1) - 1).unsqueeze(0), torch::Tensor()}};
+  }
   if (lstm) {
     auto [y, hc] = state.h.defined() ? lstm->forward(x, std::make_tuple(state.h, state.c)) : lstm->forward(x);
     return {y, RnnState{std::get<0>(hc), std::get<1>(hc)}};
@@ -82,8 +97,10 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor&
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       const std::vector<torch::Tensor> w = {params["weight_ih" + sfx], params["weight_hh" + sfx], params["bias_ih" + sfx],
                                             params["bias_hh" + sfx]};
-      torch::Tensor y = std::get<0>(at::gru(d ? reverse(in) : in, h0, w, /*has_biases=*/true, /*num_layers=*/1, 0.0,
-                                            is_training(), /*bidirectional=*/false, /*batch_first=*/true));
+      const torch::Tensor x_dir = d ? reverse(in) : in;
+      torch::Tensor y = use_gru_sequence(x_dir) ? gru_layer(x_dir, h0[0], w[0], w[1], w[2], w[3])
+                                                : std::get<0>(at::gru(x_dir, h0, w, /*has_biases=*/true, /*num_layers=*/1, 0.0,
+                                                                      is_training(), /*bidirectional=*/false, /*batch_first=*/true));
       finals.push_back(at_last(y));
       outs.push_back(d ? reverse(y) : y);
     }
