@@ -238,8 +238,9 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       return o;
     }
     auto* additive = dynamic_cast<AdditiveAttention*>(attention_.get());
-    if (additive && !rnn->is_lstm() && layers_ == 1) {
-      // One GRU layer with additive attention: the stepped recurrence as one autograd node (model/recurrence.h).
+    if (additive && !rnn->is_lstm() && layers_ == 1 && e_all.is_cpu()) {
+      // One GRU layer with additive attention on the CPU: the stepped recurrence as one autograd node
+      // (model/recurrence.h). Other devices keep the per-step path below.
       const int64_t E = e_all.size(2);
       const torch::Tensor w_ih = rnn->param("weight_ih_l0");  // [3H, E + C]: embedding columns, then context columns
       const torch::Tensor gi_x = torch::nn::functional::linear(e_all, w_ih.narrow(1, 0, E), rnn->param("bias_ih_l0"));
