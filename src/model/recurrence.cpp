@@ -41,16 +41,17 @@ struct GruSequence : public torch::autograd::Function<GruSequence> {
   static Tensor forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
     const int64_t T = gi_x.size(1), H = h0.size(1);
     const Tensor gi_steps = gi_x.transpose(0, 1);  // [T, B, 3H]
-    std::vector<Tensor> hs = {h0}, rz, n, gh;
+    std::vector<Tensor> hs = {h0}, rz, n, ghn;
     for (int64_t t = 0; t < T; ++t) {
-      gh.push_back(torch::addmm(b_hh, hs.back(), w_hh.t()));
-      GruCell c = gru_cell(gi_steps[t], gh.back(), hs.back(), H);
+      const Tensor gh = torch::addmm(b_hh, hs.back(), w_hh.t());
+      GruCell c = gru_cell(gi_steps[t], gh, hs.back(), H);
       hs.push_back(c.h);
       rz.push_back(c.rz);
       n.push_back(c.n);
+      ghn.push_back(gh.narrow(1, 2 * H, H));  // the backward needs only the n part of W_hh h + b_hh
     }
     const Tensor h_all = torch::stack(hs, 0);  // [T + 1, B, H]
-    ctx->save_for_backward({h_all, torch::stack(rz, 0), torch::stack(n, 0), torch::stack(gh, 0).narrow(2, 2 * H, H), w_hh});
+    ctx->save_for_backward({h_all, torch::stack(rz, 0), torch::stack(n, 0), torch::stack(ghn, 0), w_hh});
     return h_all.narrow(0, 1, T).transpose(0, 1);  // [B, T, H]
   }
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {

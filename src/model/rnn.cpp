@@ -15,18 +15,17 @@ RnnState RnnState::index_select(const torch::Tensor& rows) const {
 RnnImpl::RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t layers, double dropout,
                  bool bidirectional)
     : hidden_(hidden), layers_(layers), inner_dropout_(layers > 1 ? dropout : 0.0), bidirectional_(bidirectional) {
-  const double inner = inner_dropout_;  // dropout between stacked layers only
   if (cell == "lstm") {
     lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden)
                                                        .num_layers(layers)
                                                        .batch_first(true)
-                                                       .dropout(inner)
+                                                       .dropout(inner_dropout_)
                                                        .bidirectional(bidirectional)));
   } else {
     gru = register_module("gru", torch::nn::GRU(torch::nn::GRUOptions(input, hidden)
                                                     .num_layers(layers)
                                                     .batch_first(true)
-                                                    .dropout(inner)
+                                                    .dropout(inner_dropout_)
                                                     .bidirectional(bidirectional)));
   }
 }

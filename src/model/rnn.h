@@ -36,7 +36,7 @@ class RnnImpl : public torch::nn::Module {
 
  private:
   int64_t hidden_, layers_;
-  double inner_dropout_;
+  double inner_dropout_;  // dropout between stacked layers only
   bool bidirectional_;
   torch::nn::GRU gru{nullptr};
   torch::nn::LSTM lstm{nullptr};
