@@ -209,8 +209,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                   dist->zero_gradients();
                 else
                   optim.zero_grad();
-                auto out = model->forward(dbatch.src, dbatch.src_len, dbatch.src_mask, dbatch.tgt_in);
-                auto loss = sequence_loss(out.logits, dbatch.tgt_out, 0.0) / static_cast<double>(batch.tgt_tokens);
+                auto loss = batch_loss(model, dbatch, 0.0).first / static_cast<double>(batch.tgt_tokens);
                 loss.backward();
                 if (dist) dist->allreduce_gradients();
                 torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);

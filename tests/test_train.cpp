@@ -229,6 +229,63 @@ TEST(Train, SequenceLossMatchesStockCrossEntropy) {
   }
 }
 
+// batch_loss runs the output layer over the real target positions only: the logits are those of the padded
+// forward at the true cells of the target mask, in row order, and loss and every parameter's gradient are
+// the padded forward's (in double, without dropout), for each kind of decoder path.
+TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
+  const int64_t V = 20;
+  torch::manual_seed(4);
+  std::vector<EncodedPair> data;
+  for (int64_t s : {5, 2, 4, 3}) {  // targets of 1, 4, 6, 5 tokens: padding in all rows but one
+    const int64_t t = s == 5 ? 1 : s + 2;
+    auto rs = torch::randint(4, V, {s}, torch::kLong), rt = torch::randint(4, V, {t}, torch::kLong);
+    data.push_back({std::vector<int64_t>(rs.data_ptr<int64_t>(), rs.data_ptr<int64_t>() + s),
+                    std::vector<int64_t>(rt.data_ptr<int64_t>(), rt.data_ptr<int64_t>() + t)});
+  }
+  const Batch b = make_batch(data, {0, 1, 2, 3});
+  ASSERT_EQ(b.tgt_tokens, 2 + 5 + 7 + 6);  // with <eos>
+  ASSERT_LT(b.tgt_tokens, b.tgt_out.numel());
+  int checked = 0;
+  for (const std::string type : {"none", "bahdanau", "luong", "luong+feed", "scaled_dot"}) {
+    ModelConfig m = test::tiny_config_for(tiny_corpus(), "unused", type == "luong+feed" ? "luong" : type).model;
+    m.dropout = 0;
+    m.input_feeding = type == "luong+feed";
+    torch::manual_seed(0);
+    Seq2Seq model(m, V, V);
+    model->to(torch::kDouble);
+    for (double eps : {0.0, 0.1}) {
+      auto run = [&](bool packed) {
+        model->zero_grad();
+        torch::Tensor loss, logits;
+        if (packed) {
+          auto [l, out] = batch_loss(model, b, eps);
+          loss = l;
+          logits = out.logits;
+        } else {
+          logits = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in).logits;
+          loss = sequence_loss(logits, b.tgt_out, eps);
+        }
+        loss.backward();
+        std::vector<torch::Tensor> r = {loss.detach(), logits.detach()};
+        for (const auto& p : model->parameters()) r.push_back(p.grad().clone());
+        return r;
+      };
+      const auto packed = run(true), padded = run(false);
+      ASSERT_EQ(packed.size(), padded.size());
+      ASSERT_EQ(packed[1].sizes(), (std::vector<int64_t>{b.tgt_tokens, V})) << type;
+      ASSERT_EQ(padded[1].sizes(), (std::vector<int64_t>{4, b.tgt_out.size(1), V})) << type;
+      const torch::Tensor at_real = padded[1].masked_select(b.tgt_mask.unsqueeze(-1)).view({-1, V});
+      EXPECT_TRUE(torch::allclose(packed[1], at_real, 1e-12, 1e-12)) << type;
+      EXPECT_NEAR(packed[0].item<double>(), padded[0].item<double>(), 1e-10) << type << " eps " << eps;
+      for (size_t i = 2; i < packed.size(); ++i)
+        EXPECT_TRUE(torch::allclose(packed[i], padded[i], 1e-9, 1e-11))
+            << type << " eps " << eps << " parameter " << i - 2 << " max diff " << (packed[i] - padded[i]).abs().max().item<double>();
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);
+}
+
 TEST(Bench, JsonFiguresAreConsistent) {
   // A tiny model through `attnmt bench --json`: every figure present and positive, the per-row roofline's
   // mean never above its best sample (the best is the MFU denominator), MFU = GFLOP/s over that roofline, and

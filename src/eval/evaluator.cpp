@@ -113,8 +113,8 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
                              order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + bs)));
     Batch b = make_batch(data, idx);
     Batch d = b.to(run.device);
-    Seq2SeqOutput o = run.model->forward(d.src, d.src_len, d.src_mask, d.tgt_in);
-    loss += sequence_loss(o.logits, d.tgt_out, 0.0).item<double>();
+    auto [sum, o] = batch_loss(run.model, d, 0.0);
+    loss += sum.item<double>();
     tokens += b.tgt_tokens;
     if (!o.weights.defined()) continue;
     torch::Tensor w = o.weights.to(torch::kCPU).contiguous();

@@ -13,18 +13,24 @@ EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor&
 }
 
 Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing,
-                                  bool stepwise) {
+                                  bool stepwise, const torch::Tensor& tgt_mask) {
   TORCH_CHECK(tgt_in.size(0) == enc.states.size(0), "Seq2Seq: target batch ", tgt_in.size(0), " vs source ",
               enc.states.size(0));
   DecoderState state = decoder->init_state(enc);
   AttentionMemory mem = decoder->prepare(enc);
   DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise);
-  return {decoder->logits(d.readout), d.weights, d.head_weights};  // output layer once over all steps
+  if (!tgt_mask.defined()) return {decoder->logits(d.readout), d.weights, d.head_weights};  // once over all steps
+  TORCH_CHECK(tgt_mask.scalar_type() == torch::kBool && tgt_mask.sizes() == tgt_in.sizes(),
+              "Seq2Seq: tgt_mask must be bool [B, T] like tgt_in ", tgt_in.sizes(), ", got ", tgt_mask.sizes());
+  const torch::Tensor rows = tgt_mask.reshape(-1).nonzero().squeeze(1);
+  const torch::Tensor real = d.readout.reshape({-1, d.readout.size(2)}).index_select(0, rows);  // [N, R]
+  return {decoder->logits(real), d.weights, d.head_weights};
 }
 
 Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
-                                   const torch::Tensor& tgt_in, double teacher_forcing, bool stepwise) {
-  return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise);
+                                   const torch::Tensor& tgt_in, double teacher_forcing, bool stepwise,
+                                   const torch::Tensor& tgt_mask) {
+  return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise, tgt_mask);
 }
 
 int64_t Seq2SeqImpl::parameter_count() const {

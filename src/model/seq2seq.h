@@ -8,7 +8,7 @@
 namespace attnmt {
 
 struct Seq2SeqOutput {
-  torch::Tensor logits;        // [B, T, V]
+  torch::Tensor logits;        // [B, T, V]; [N, V] at the N real target positions when a target mask was given
   torch::Tensor weights;       // [B, T, S] or undefined (no attention)
   torch::Tensor head_weights;  // [B, heads, T, S] or undefined
 };
@@ -18,10 +18,14 @@ class Seq2SeqImpl : public torch::nn::Module {
   Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_vocab);
   EncoderOutput encode(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask);
   // Teacher-forced decoding of tgt_in given an encoding (tests perturb the encoding through this).
+  // With tgt_mask ([B, T] bool, true at real target positions) the output layer runs over those positions
+  // only, in row-major order (the rows of tgt_out.masked_select(tgt_mask)): padding costs no output-layer
+  // product and no loss work. The attention weights keep their [B, T, S] shape either way.
   Seq2SeqOutput decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing = 1.0,
-                       bool stepwise = false);
+                       bool stepwise = false, const torch::Tensor& tgt_mask = {});
   Seq2SeqOutput forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
-                        const torch::Tensor& tgt_in, double teacher_forcing = 1.0, bool stepwise = false);
+                        const torch::Tensor& tgt_in, double teacher_forcing = 1.0, bool stepwise = false,
+                        const torch::Tensor& tgt_mask = {});
   int64_t parameter_count() const;
   const ModelConfig& config() const { return cfg_; }
   int64_t src_vocab() const { return src_vocab_; }

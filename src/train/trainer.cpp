@@ -190,9 +190,19 @@ struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntr
 }  // namespace
 
 torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
-  TORCH_CHECK(logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) && logits.size(1) == target.size(1),
-              "sequence_loss: logits [B, T, V] and target [B, T] expected, got ", logits.sizes(), " and ", target.sizes());
-  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(2)}), target.reshape(-1), label_smoothing);
+  const bool padded = logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) &&
+                      logits.size(1) == target.size(1);
+  const bool packed = logits.dim() == 2 && target.dim() == 1 && logits.size(0) == target.size(0);
+  TORCH_CHECK(padded || packed, "sequence_loss: logits [B, T, V] with target [B, T], or [N, V] with [N] expected, got ",
+              logits.sizes(), " and ", target.sizes());
+  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
+}
+
+std::pair<torch::Tensor, Seq2SeqOutput> batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing,
+                                                   double teacher_forcing) {
+  Seq2SeqOutput out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, teacher_forcing, false, b.tgt_mask);
+  torch::Tensor loss = sequence_loss(out.logits, b.tgt_out.masked_select(b.tgt_mask), label_smoothing);
+  return {loss, out};
 }
 
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
@@ -338,8 +348,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
     Batch db = b.to(device);
-    auto out = model->forward(db.src, db.src_len, db.src_mask, db.tgt_in);
-    loss_sum += sequence_loss(out.logits, db.tgt_out, 0.0).item<double>();
+    loss_sum += batch_loss(model, db, 0.0).first.item<double>();
     tokens += b.tgt_tokens;
     auto hs = greedy_search(model, b, so, device);
     for (size_t k = 0; k < idx.size(); ++k)
@@ -570,8 +579,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       double lv = 0;
       if (!mine.empty()) {  // a batch with fewer rows than ranks leaves some ranks without a slice
         Batch b = make_batch(data.train, mine).to(device);
-        auto out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, cfg.train.teacher_forcing);
-        torch::Tensor loss_sum = sequence_loss(out.logits, b.tgt_out, cfg.train.label_smoothing);
+        torch::Tensor loss_sum = batch_loss(model, b, cfg.train.label_smoothing, cfg.train.teacher_forcing).first;
         (loss_sum / static_cast<double>(batch_tokens)).backward();
         lv = loss_sum.item<double>();
       }

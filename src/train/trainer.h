@@ -75,8 +75,15 @@ std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int 
 // Validation loss/perplexity (teacher forced) and greedy BLEU.
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);
 
-// Cross-entropy summed over real target tokens, with label smoothing.
+// Cross-entropy summed over real target tokens, with label smoothing: logits [B, T, V] with target [B, T]
+// (padding skipped), or [N, V] with [N] (the output of a forward with a target mask, with
+// target = tgt_out.masked_select(tgt_mask)).
 torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing);
+
+// The summed loss of a batch, the output layer run over its real target positions only (what training and
+// validation use). Returns the forward's output too (its logits are [N, V]).
+std::pair<torch::Tensor, Seq2SeqOutput> batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing,
+                                                   double teacher_forcing = 1.0);
 
 // Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
 void request_stop(int signal_number);
