@@ -229,9 +229,9 @@ TEST(Train, SequenceLossMatchesStockCrossEntropy) {
   }
 }
 
-// batch_loss runs the output layer over the real target positions only: the logits are those of the padded
-// forward at the true cells of the target mask, in row order, and loss and every parameter's gradient are
-// the padded forward's (in double, without dropout), for each kind of decoder path.
+// batch_loss runs the readout and the output layer over the real target positions only: the logits are
+// those of the padded forward at the true cells of the target mask, in row order, and loss and every
+// parameter's gradient are the padded forward's (in double, without dropout), for each decoder path.
 TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
   const int64_t V = 20;
   torch::manual_seed(4);
@@ -246,10 +246,13 @@ TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
   ASSERT_EQ(b.tgt_tokens, 2 + 5 + 7 + 6);  // with <eos>
   ASSERT_LT(b.tgt_tokens, b.tgt_out.numel());
   int checked = 0;
-  for (const std::string type : {"none", "bahdanau", "luong", "luong+feed", "scaled_dot"}) {
-    ModelConfig m = test::tiny_config_for(tiny_corpus(), "unused", type == "luong+feed" ? "luong" : type).model;
+  // The decoder's paths: whole-sequence GRU (none), fused recurrence (bahdanau), stepped recurrence
+  // (bahdanau+lstm), whole-sequence attention (luong, scaled_dot), token by token (luong+feed).
+  for (const std::string type : {"none", "bahdanau", "bahdanau+lstm", "luong", "luong+feed", "scaled_dot"}) {
+    ModelConfig m = test::tiny_config_for(tiny_corpus(), "unused", type.substr(0, type.find('+'))).model;
     m.dropout = 0;
     m.input_feeding = type == "luong+feed";
+    if (type == "bahdanau+lstm") m.rnn = "lstm";
     torch::manual_seed(0);
     Seq2Seq model(m, V, V);
     model->to(torch::kDouble);
@@ -283,7 +286,7 @@ TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
     }
     ++checked;
   }
-  EXPECT_EQ(checked, 5);
+  EXPECT_EQ(checked, 6);
 }
 
 TEST(Bench, JsonFiguresAreConsistent) {

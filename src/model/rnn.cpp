@@ -209,18 +209,24 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
 }
 
 DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
-                                   double teacher_forcing, bool stepwise) {
+                                   double teacher_forcing, bool stepwise, const torch::Tensor& rows) {
   TORCH_CHECK(tgt_in.dim() == 2, "Decoder: tgt_in must be [B, T], got ", tgt_in.sizes());
   TORCH_CHECK(state.rnn.h.size(1) == tgt_in.size(0), "Decoder: state batch ", state.rnn.h.size(1), " vs target ",
               tgt_in.size(0));
+  TORCH_CHECK(!rows.defined() || (rows.dim() == 1 && rows.scalar_type() == torch::kLong),
+              "Decoder: rows must be int64 [N], got ", rows.sizes());
   DecoderOutput o;
   const int64_t T = tgt_in.size(1);
+  // The positions asked for, [B, T, F] -> [N, F] (all of them, unchanged, without rows).
+  auto at_rows = [&](const torch::Tensor& x) { return rows.defined() ? x.reshape({-1, x.size(2)}).index_select(0, rows) : x; };
+  // The readout tanh(W_c [features]) at those positions only: padding costs no readout product.
+  auto readout = [&](const torch::Tensor& features) { return torch::tanh(combine(at_rows(features))); };
   if (can_run_all_steps() && !stepwise && teacher_forcing >= 1.0) {
     // Whole-sequence path: one RNN call over all steps, then attention in batched matmuls.
     torch::Tensor e = drop(embed(tgt_in));              // [B, T, E]
     auto [y, st] = rnn->forward(e, state.rnn);          // [B, T, H]
     AttentionOutput a = attention_->attend(y, mem);     // [B, T, H], [B, T, S]
-    o.readout = torch::tanh(combine(torch::cat({a.context, y}, -1)));
+    o.readout = readout(torch::cat({a.context, y}, -1));
     o.weights = a.weights;
     o.head_weights = a.head_weights;
     return o;
@@ -233,7 +239,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       // The fixed context is the same at every step: one RNN call over [e_t; c] for all steps.
       torch::Tensor C = state.fixed.unsqueeze(1).expand({-1, T, -1});
       auto [Y, st] = rnn->forward(torch::cat({e_all, C}, -1), state.rnn);
-      o.readout = torch::tanh(combine(torch::cat({Y, C, e_all}, -1)));
+      o.readout = readout(torch::cat({Y, C, e_all}, -1));
       return o;
     }
     auto* additive = dynamic_cast<AdditiveAttention*>(attention_.get());
@@ -246,7 +252,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       AdditiveGruRecurrence r = additive_gru_recurrence(gi_x, state.rnn.h[0], mem.keys, mem.values, mem.mask,
                                                         w_ih.narrow(1, E, w_ih.size(1) - E), rnn->param("weight_hh_l0"),
                                                         rnn->param("bias_hh_l0"), additive->query_weight(), additive->v_vector());
-      o.readout = torch::tanh(combine(torch::cat({r.states, r.contexts, e_all}, -1)));
+      o.readout = readout(torch::cat({r.states, r.contexts, e_all}, -1));
       o.weights = r.weights;
       return o;
     }
@@ -265,7 +271,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       state.rnn = st;
       ys.push_back(y.squeeze(1));
     }
-    o.readout = torch::tanh(combine(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1)));
+    o.readout = readout(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1));
     o.weights = torch::stack(weights, 1);
     return o;
   }
@@ -288,7 +294,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
       }
     }
   }
-  o.readout = torch::stack(readouts, 1);
+  o.readout = at_rows(torch::stack(readouts, 1));
   if (!weights.empty()) o.weights = torch::stack(weights, 1);
   if (!heads.empty()) o.head_weights = torch::stack(heads, 2);
   return o;

@@ -80,7 +80,7 @@ struct DecoderStepOutput {
 };
 
 struct DecoderOutput {
-  torch::Tensor readout;       // [B, T, R]
+  torch::Tensor readout;       // [B, T, R], or [N, R] at the requested rows
   torch::Tensor weights;       // [B, T, S] or undefined
   torch::Tensor head_weights;  // [B, heads, T, S] or undefined
 };
@@ -94,8 +94,9 @@ class DecoderImpl : public torch::nn::Module {
   DecoderStepOutput step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem);
   // Teacher-forced pass over tgt_in [B, T]. Uses the all-steps path when the math allows and
   // stepwise is false; teacher_forcing < 1 samples the model's own predictions (stepwise).
+  // With rows (int64 flat positions b * T + t) the readout is computed at those positions only: [N, R].
   DecoderOutput forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
-                        double teacher_forcing = 1.0, bool stepwise = false);
+                        double teacher_forcing = 1.0, bool stepwise = false, const torch::Tensor& rows = {});
   torch::Tensor logits(const torch::Tensor& readout) { return out(drop(readout)); }
   bool has_attention() const { return static_cast<bool>(attention_); }
   bool luong_style() const { return luong_style_; }

@@ -18,13 +18,14 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
               enc.states.size(0));
   DecoderState state = decoder->init_state(enc);
   AttentionMemory mem = decoder->prepare(enc);
-  DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise);
-  if (!tgt_mask.defined()) return {decoder->logits(d.readout), d.weights, d.head_weights};  // once over all steps
-  TORCH_CHECK(tgt_mask.scalar_type() == torch::kBool && tgt_mask.sizes() == tgt_in.sizes(),
-              "Seq2Seq: tgt_mask must be bool [B, T] like tgt_in ", tgt_in.sizes(), ", got ", tgt_mask.sizes());
-  const torch::Tensor rows = tgt_mask.reshape(-1).nonzero().squeeze(1);
-  const torch::Tensor real = d.readout.reshape({-1, d.readout.size(2)}).index_select(0, rows);  // [N, R]
-  return {decoder->logits(real), d.weights, d.head_weights};
+  torch::Tensor rows;  // flat positions of the real target tokens, when a mask says which
+  if (tgt_mask.defined()) {
+    TORCH_CHECK(tgt_mask.scalar_type() == torch::kBool && tgt_mask.sizes() == tgt_in.sizes(),
+                "Seq2Seq: tgt_mask must be bool [B, T] like tgt_in ", tgt_in.sizes(), ", got ", tgt_mask.sizes());
+    rows = tgt_mask.reshape(-1).nonzero().squeeze(1);
+  }
+  DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise, rows);
+  return {decoder->logits(d.readout), d.weights, d.head_weights};  // output layer once over all (real) steps
 }
 
 Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,

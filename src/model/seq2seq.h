@@ -18,9 +18,9 @@ class Seq2SeqImpl : public torch::nn::Module {
   Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_vocab);
   EncoderOutput encode(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask);
   // Teacher-forced decoding of tgt_in given an encoding (tests perturb the encoding through this).
-  // With tgt_mask ([B, T] bool, true at real target positions) the output layer runs over those positions
-  // only, in row-major order (the rows of tgt_out.masked_select(tgt_mask)): padding costs no output-layer
-  // product and no loss work. The attention weights keep their [B, T, S] shape either way.
+  // With tgt_mask ([B, T] bool, true at real target positions) the readout and the output layer run over
+  // those positions only, in row-major order (the rows of tgt_out.masked_select(tgt_mask)): padding costs
+  // no readout or output-layer product and no loss work. The attention weights keep their [B, T, S] shape.
   Seq2SeqOutput decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing = 1.0,
                        bool stepwise = false, const torch::Tensor& tgt_mask = {});
   Seq2SeqOutput forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
