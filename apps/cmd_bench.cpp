@@ -209,7 +209,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                   dist->zero_gradients();
                 else
                   optim.zero_grad();
-                auto loss = batch_loss(model, dbatch, 0.0).first / static_cast<double>(batch.tgt_tokens);
+                auto loss = batch_loss(model, dbatch, 0.0).sum / static_cast<double>(batch.tgt_tokens);
                 loss.backward();
                 if (dist) dist->allreduce_gradients();
                 torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);

@@ -261,9 +261,9 @@ TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
         model->zero_grad();
         torch::Tensor loss, logits;
         if (packed) {
-          auto [l, out] = batch_loss(model, b, eps);
-          loss = l;
-          logits = out.logits;
+          const BatchLoss bl = batch_loss(model, b, eps);
+          loss = bl.sum;
+          logits = bl.out.logits;
         } else {
           logits = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in).logits;
           loss = sequence_loss(logits, b.tgt_out, eps);

@@ -113,8 +113,9 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
                              order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + bs)));
     Batch b = make_batch(data, idx);
     Batch d = b.to(run.device);
-    auto [sum, o] = batch_loss(run.model, d, 0.0);
-    loss += sum.item<double>();
+    const BatchLoss bl = batch_loss(run.model, d, 0.0);
+    const Seq2SeqOutput& o = bl.out;
+    loss += bl.sum.item<double>();
     tokens += b.tgt_tokens;
     if (!o.weights.defined()) continue;
     torch::Tensor w = o.weights.to(torch::kCPU).contiguous();

@@ -198,8 +198,7 @@ torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& ta
   return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
 }
 
-std::pair<torch::Tensor, Seq2SeqOutput> batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing,
-                                                   double teacher_forcing) {
+BatchLoss batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing, double teacher_forcing) {
   Seq2SeqOutput out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, teacher_forcing, false, b.tgt_mask);
   torch::Tensor loss = sequence_loss(out.logits, b.tgt_out.masked_select(b.tgt_mask), label_smoothing);
   return {loss, out};
@@ -348,7 +347,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
     Batch db = b.to(device);
-    loss_sum += batch_loss(model, db, 0.0).first.item<double>();
+    loss_sum += batch_loss(model, db, 0.0).sum.item<double>();
     tokens += b.tgt_tokens;
     auto hs = greedy_search(model, b, so, device);
     for (size_t k = 0; k < idx.size(); ++k)
@@ -579,7 +578,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       double lv = 0;
       if (!mine.empty()) {  // a batch with fewer rows than ranks leaves some ranks without a slice
         Batch b = make_batch(data.train, mine).to(device);
-        torch::Tensor loss_sum = batch_loss(model, b, cfg.train.label_smoothing, cfg.train.teacher_forcing).first;
+        torch::Tensor loss_sum = batch_loss(model, b, cfg.train.label_smoothing, cfg.train.teacher_forcing).sum;
         (loss_sum / static_cast<double>(batch_tokens)).backward();
         lv = loss_sum.item<double>();
       }

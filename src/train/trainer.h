@@ -80,10 +80,14 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
 // target = tgt_out.masked_select(tgt_mask)).
 torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing);
 
-// The summed loss of a batch, the output layer run over its real target positions only (what training and
-// validation use). Returns the forward's output too (its logits are [N, V]).
-std::pair<torch::Tensor, Seq2SeqOutput> batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing,
-                                                   double teacher_forcing = 1.0);
+struct BatchLoss {
+  torch::Tensor sum;   // loss summed over the batch's real target tokens (a scalar with a gradient)
+  Seq2SeqOutput out;   // the forward's output; its logits are [N, V], one row per real target token
+};
+
+// The loss of a batch with the readout and output layer run over its real target positions only (what
+// training, validation and `evaluate` use).
+BatchLoss batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing, double teacher_forcing = 1.0);
 
 // Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
 void request_stop(int signal_number);
