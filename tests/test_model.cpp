@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <set>
+
 #include "common/config.h"
 #include "data/vocab.h"
 #include "model/attention.h"
@@ -171,37 +174,52 @@ TEST(Attention, FusedAdditiveScoresMatchComposedOps) {
 }
 
 TEST(Attention, FusedAdditiveScoresInFloat) {
-  // Float CPU tensors take the one-pass kernel (rational tanh, 4 lanes, scalar tail when A % 4 != 0): values
-  // and gradients against the composed ops in double.
-  torch::manual_seed(11);
-  auto wq = torch::randn({3, 2, 6}), keys = torch::randn({3, 5, 6}), v = torch::randn({6});
-  auto up = torch::randn({3, 2, 5});
-  auto f = [&](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
-    auto x = a.clone().requires_grad_(true), y = b.clone().requires_grad_(true), z = c.clone().requires_grad_(true);
-    auto out = additive_scores(x, y, z);
-    auto g = torch::autograd::grad({(out * up.to(out.scalar_type())).sum()}, {x, y, z});
-    return std::make_pair(out.detach(), g);
-  };
-  auto [fused, gf] = f(wq, keys, v);
-  auto stock = torch::matmul(torch::tanh(wq.to(torch::kDouble).unsqueeze(2) + keys.to(torch::kDouble).unsqueeze(1)), v.to(torch::kDouble));
-  ASSERT_EQ(fused.scalar_type(), torch::kFloat);
-  ASSERT_EQ(fused.sizes(), stock.sizes());
-  EXPECT_LT((fused.to(torch::kDouble) - stock).abs().max().item<double>(), 1e-5);
-  auto [ref, gr] = f(wq.to(torch::kDouble), keys.to(torch::kDouble), v.to(torch::kDouble));
-  ASSERT_EQ(gf.size(), 3u);
-  ASSERT_EQ(gr.size(), 3u);
-  for (size_t i = 0; i < 3; ++i) {
-    ASSERT_EQ(gf[i].sizes(), gr[i].sizes());
-    EXPECT_LT((gf[i].to(torch::kDouble) - gr[i]).abs().max().item<double>(), 1e-4) << "input " << i;
+  // Float CPU tensors take the one-pass kernel (rational tanh, 4/8/16 lanes as the CPU allows, scalar tail):
+  // values and gradients against the composed ops in double, for every lane count this CPU can run.
+  std::set<int> ran;
+  for (int cap : {4, 8, 16}) {
+    const int lanes = set_additive_lanes(cap);
+    if (!ran.insert(lanes).second) continue;
+    torch::manual_seed(11);
+    const int64_t A = 37;  // 16-lane: 2 vectors and a tail of 5; 8-lane: 4 and 5; 4-lane: 9 and 1
+    auto wq = torch::randn({3, 2, A}), keys = torch::randn({3, 5, A}), v = torch::randn({A});
+    auto up = torch::randn({3, 2, 5});
+    auto f = [&](const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
+      auto x = a.clone().requires_grad_(true), y = b.clone().requires_grad_(true), z = c.clone().requires_grad_(true);
+      auto out = additive_scores(x, y, z);
+      auto g = torch::autograd::grad({(out * up.to(out.scalar_type())).sum()}, {x, y, z});
+      return std::make_pair(out.detach(), g);
+    };
+    auto [fused, gf] = f(wq, keys, v);
+    auto stock = torch::matmul(torch::tanh(wq.to(torch::kDouble).unsqueeze(2) + keys.to(torch::kDouble).unsqueeze(1)), v.to(torch::kDouble));
+    ASSERT_EQ(fused.scalar_type(), torch::kFloat);
+    ASSERT_EQ(fused.sizes(), stock.sizes());
+    EXPECT_LT((fused.to(torch::kDouble) - stock).abs().max().item<double>(), 1e-5) << lanes << " lanes";
+    auto [ref, gr] = f(wq.to(torch::kDouble), keys.to(torch::kDouble), v.to(torch::kDouble));
+    ASSERT_EQ(gf.size(), 3u);
+    ASSERT_EQ(gr.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
+      ASSERT_EQ(gf[i].sizes(), gr[i].sizes());
+      EXPECT_LT((gf[i].to(torch::kDouble) - gr[i]).abs().max().item<double>(), 1e-4) << lanes << " lanes, input " << i;
+    }
+    // The tanh itself, through the scores: v = e_0, keys 0, so score = tanh(x) for x over [-12, 12], computed
+    // in the vector lanes (A = 16) and in the scalar tail (A = 3).
+    torch::NoGradGuard ng;
+    auto x = torch::linspace(-12, 12, 4001);
+    for (int64_t dim : {16, 3}) {
+      auto q = torch::zeros({1, 4001, dim});
+      q.select(2, 0).copy_(x.unsqueeze(0));
+      auto e0 = torch::zeros({dim});
+      e0[0] = 1.0f;
+      auto scores = additive_scores(q, torch::zeros({1, 1, dim}), e0).view(-1);
+      ASSERT_EQ(scores.numel(), 4001);
+      EXPECT_LT((scores.to(torch::kDouble) - torch::tanh(x.to(torch::kDouble))).abs().max().item<double>(), 1e-6)
+          << lanes << " lanes, A = " << dim;
+    }
   }
-  // The tanh itself, through the scores: v = (1, 0, 0, 0), keys 0, so score = tanh(x) for x over [-12, 12].
-  torch::NoGradGuard ng;
-  auto x = torch::linspace(-12, 12, 4001);
-  auto q = torch::zeros({1, 4001, 4});
-  q.select(2, 0).copy_(x.unsqueeze(0));
-  auto scores = additive_scores(q, torch::zeros({1, 1, 4}), torch::tensor({1.0f, 0.0f, 0.0f, 0.0f})).view(-1);
-  ASSERT_EQ(scores.numel(), 4001);
-  EXPECT_LT((scores.to(torch::kDouble) - torch::tanh(x.to(torch::kDouble))).abs().max().item<double>(), 1e-6);
+  set_additive_lanes(16);
+  EXPECT_TRUE(ran.count(4));
+  std::printf("[ lanes    ] additive kernel checked with %zu lane count(s), widest %d\n", ran.size(), *ran.rbegin());
 }
 
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the

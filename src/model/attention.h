@@ -45,6 +45,10 @@ torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tens
 torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::Tensor& v, const torch::Tensor& grad_scores,
                                        torch::Tensor& g_keys, torch::Tensor& g_v);
 
+// The float forward runs 16 (AVX-512) or 8 (AVX2) lanes where the CPU has them, else 4. Caps the lane count
+// (4, 8 or 16; for tests and benchmarks) and returns the count now in use.
+int set_additive_lanes(int max_lanes);
+
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
 
