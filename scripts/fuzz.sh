@@ -12,7 +12,12 @@ TARGETS=("$@")
 
 if ! command -v clang++ >/dev/null || ! ls /usr/lib/llvm-*/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a >/dev/null 2>&1; then
   echo "fuzz: installing clang and its fuzzer runtime"
-  apt-get install -y -q clang libclang-rt-14-dev >/dev/null || apt-get install -y -q clang libclang-common-14-dev >/dev/null
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  # A fresh machine may have no package lists yet: update once if the first try finds nothing.
+  $SUDO apt-get install -y -q clang libclang-rt-14-dev >/dev/null 2>&1 ||
+    { $SUDO apt-get update -q >/dev/null && $SUDO apt-get install -y -q clang libclang-rt-14-dev >/dev/null; } ||
+    $SUDO apt-get install -y -q clang libclang-common-14-dev >/dev/null
 fi
 bash scripts/setup.sh >/dev/null
 

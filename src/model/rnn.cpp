@@ -69,7 +69,11 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& 
 }
 
 torch::Tensor RnnImpl::param(const std::string& name) const {
-  const torch::Tensor* p = (lstm ? lstm->named_parameters(false) : gru->named_parameters(false)).find(name);
+  // named_parameters() returns its dictionary by value: keep it alive while reading from it (a pointer from
+  // find() on the temporary dangled once the statement ended).
+  const torch::OrderedDict<std::string, torch::Tensor> params =
+      lstm ? lstm->named_parameters(/*recurse=*/false) : gru->named_parameters(/*recurse=*/false);
+  const torch::Tensor* p = params.find(name);
   TORCH_CHECK(p, "Rnn: no parameter ", name);
   return *p;
 }
