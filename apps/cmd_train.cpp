@@ -51,6 +51,9 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
             }
             if (auto w = blas_kernel_warning(); !w.empty() && device.is_cpu() && spec.rank == 0) spdlog::warn("{}", w);
             spdlog::info("device: {}", device.str());
+            // Test hooks (tests/test_kill.cpp, tests/test_train.cpp); unset in normal use.
+            if (const char* v = std::getenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS")) opt->train.test_checkpoint_pause_ms = std::atoi(v);
+            if (const char* v = std::getenv("ATTNMT_TEST_NAN_AT_STEP")) opt->train.test_nan_at_step = std::atoll(v);
             TrainResult r = train(cfg, opt->train, device);
             if (r.exit_code == 0) spdlog::info("run directory: {}", cfg.run_dir);
             return r.exit_code;

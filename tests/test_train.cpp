@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 #include "common/config.h"
 #include "common/errors.h"
 #include "data/toy_corpus.h"
@@ -118,6 +120,66 @@ TEST(Train, TruncatedCheckpointGivesClearError) {
   EXPECT_NO_THROW(load_checkpoint(dir + "/best.pt", model, nullptr));
 }
 
+// The first line of a UsageError that load_checkpoint throws, or "" when it loads.
+std::string checkpoint_error(const std::string& path, Seq2Seq& model) {
+  try {
+    load_checkpoint(path, model, nullptr);
+    return "";
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+}
+
+TEST(Checkpoint, RecordsFormatAndModelTypeAndRefusesAnother) {
+  std::string dir = test::temp_dir("ckpt_type");
+  Config c = tiny_config(dir);
+  Seq2Seq bahdanau(c.model, 20, 30);
+  save_checkpoint(dir + "/b.pt", bahdanau, nullptr, TrainerState{});
+  torch::serialize::InputArchive ar;
+  ar.load_from(dir + "/b.pt");
+  torch::Tensor version;
+  ASSERT_TRUE(ar.try_read("format_version", version));
+  EXPECT_EQ(version.item<int64_t>(), kCheckpointFormat);
+  c10::IValue type;
+  ASSERT_TRUE(ar.try_read("model_type", type));
+  EXPECT_EQ(type.toStringRef(), "gru/bahdanau");
+  // Same vocabularies and sizes, another attention: the type check names both before any shape is compared.
+  ModelConfig luong = c.model;
+  luong.attention.type = "luong";
+  luong.attention.score = "dot";
+  Seq2Seq other(luong, 20, 30);
+  const std::string msg = checkpoint_error(dir + "/b.pt", other);
+  EXPECT_NE(msg.find("holds a gru/bahdanau model, the config gives gru/luong-dot"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  Seq2Seq same(c.model, 20, 30);
+  EXPECT_EQ(checkpoint_error(dir + "/b.pt", same), "");
+}
+
+TEST(Checkpoint, RefusesANewerFormatAndReadsTheUnversionedOne) {
+  std::string dir = test::temp_dir("ckpt_format");
+  Config c = tiny_config(dir);
+  Seq2Seq model(c.model, 20, 30);
+  auto write = [&](const std::string& path, int64_t version) {  // the layout of format 1, plus a version when > 0
+    torch::serialize::OutputArchive ar, m;
+    if (version > 0) ar.write("format_version", torch::tensor({version}, torch::kLong));
+    model->save(m);
+    ar.write("model", m);
+    for (const char* k : {"step", "epoch", "batch_in_epoch", "has_best", "bad_validations", "plateau_bad", "finished"})
+      ar.write(k, torch::tensor({int64_t{7}}, torch::kLong));
+    for (const char* k : {"best_metric", "lr", "elapsed_s"}) ar.write(k, torch::tensor({0.5}, torch::kDouble));
+    ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    ar.save_to(path);
+  };
+  write(dir + "/v1.pt", 0);
+  Seq2Seq fresh(c.model, 20, 30);
+  EXPECT_EQ(checkpoint_error(dir + "/v1.pt", fresh), "");
+  EXPECT_EQ(load_checkpoint(dir + "/v1.pt", fresh, nullptr).step, 7);
+  write(dir + "/future.pt", kCheckpointFormat + 1);
+  const std::string msg = checkpoint_error(dir + "/future.pt", fresh);
+  EXPECT_NE(msg.find("checkpoint format " + std::to_string(kCheckpointFormat + 1)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("formats 1 to " + std::to_string(kCheckpointFormat)), std::string::npos) << msg;
+}
+
 TEST(Train, CliExitCodes) {
   auto r = test::run_cli("train --config /nonexistent.json");
   EXPECT_EQ(r.code, 2) << r.output;
@@ -194,13 +256,12 @@ TEST(Train, NanLossStopsWithClearError) {
   std::string dir = test::temp_dir("train_nan");
   Config c = tiny_config(dir + "/run");
   c.train.max_steps = 10;
-  ::setenv("ATTNMT_TEST_NAN_AT_STEP", "6", 1);
+  TrainOptions opt;
+  opt.test_nan_at_step = 6;
   try {
-    train(c, {}, torch::kCPU);
-    ::unsetenv("ATTNMT_TEST_NAN_AT_STEP");
+    train(c, opt, torch::kCPU);
     FAIL() << "NaN loss not detected";
   } catch (const Error& e) {
-    ::unsetenv("ATTNMT_TEST_NAN_AT_STEP");
     std::string m = e.what();
     EXPECT_NE(m.find("NaN at step 6"), std::string::npos) << m;
     EXPECT_NE(m.find("last.pt"), std::string::npos) << m;  // validated at step 4: a good checkpoint exists

@@ -5,11 +5,13 @@
 #include <unordered_map>
 #include <vector>
 
+#include "data/special_tokens.h"
+
 namespace attnmt {
 
 class Vocab {
  public:
-  static constexpr int64_t kPad = 0, kUnk = 1, kBos = 2, kEos = 3;
+  static constexpr int64_t kPad = kPadId, kUnk = kUnkId, kBos = kBosId, kEos = kEosId;
   static const std::vector<std::string>& specials();
 
   Vocab();  // specials only

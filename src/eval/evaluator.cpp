@@ -14,7 +14,8 @@
 #include "eval/alignment.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
-#include "train/trainer.h"
+#include "model/checkpoint.h"
+#include "model/loss.h"
 
 namespace attnmt {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "data/vocab.h"
+#include "data/special_tokens.h"
 
 namespace attnmt {
 
@@ -22,18 +22,18 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   EncoderOutput enc = model->encode(batch.src, batch.src_len, batch.src_mask);
   DecoderState state = model->decoder->init_state(enc);
   AttentionMemory mem = model->decoder->prepare(enc);
-  torch::Tensor y = torch::full({B}, Vocab::kBos, torch::TensorOptions().dtype(torch::kLong).device(device));
+  torch::Tensor y = torch::full({B}, kBosId, torch::TensorOptions().dtype(torch::kLong).device(device));
   torch::Tensor finished = torch::zeros({B}, torch::TensorOptions().dtype(torch::kBool).device(device));
   std::vector<torch::Tensor> tokens, scores, weights;
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
     torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout), -1);  // [B, V]
     auto [best, arg] = logp.max(-1);
-    y = arg.masked_fill(finished, Vocab::kPad);
+    y = arg.masked_fill(finished, kPadId);
     tokens.push_back(y);
     scores.push_back(best.masked_fill(finished, 0.0));
     if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
-    finished = finished.logical_or(y.eq(Vocab::kEos));
+    finished = finished.logical_or(y.eq(kEosId));
     if (opt.stop_at_eos && t % 4 == 3 && finished.all().item<bool>()) break;  // one host sync every few steps
   }
   torch::Tensor toks = torch::stack(tokens, 1).to(torch::kCPU);  // [B, steps]
@@ -52,7 +52,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
         auto row = w[b][t].slice(0, 0, lens[b]).contiguous();
         h.weights.emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
       }
-      if (id == Vocab::kEos) break;
+      if (id == kEosId) break;
       h.tokens.push_back(id);
     }
   }
@@ -102,7 +102,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
     for (int64_t k = 1; k < K; ++k) scores[static_cast<size_t>(b * K + k)] = -std::numeric_limits<double>::infinity();
   std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(B));
   std::vector<bool> done(static_cast<size_t>(B), false);
-  torch::Tensor y = torch::full({B * K}, Vocab::kBos, long_opts);
+  torch::Tensor y = torch::full({B * K}, kBosId, long_opts);
 
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
@@ -145,10 +145,10 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
             }
             return w;
           };
-          if (tok == Vocab::kEos || at_limit) {
+          if (tok == kEosId || at_limit) {
             Hypothesis h;
             h.tokens = toks[static_cast<size_t>(row)];
-            if (tok != Vocab::kEos) h.tokens.push_back(tok);  // cut at the length limit
+            if (tok != kEosId) h.tokens.push_back(tok);  // cut at the length limit
             h.score = sc / length_penalty(static_cast<int64_t>(toks[static_cast<size_t>(row)].size()) + 1, opt.length_penalty);
             h.weights = row_weights();
             finished[bi].push_back(std::move(h));
@@ -181,7 +181,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
       for (int64_t k = filled; k < K; ++k) {  // idle rows keep a valid state
         size_t dst = static_cast<size_t>(p * K + k);
         next_rows[dst] = p * K;
-        next_tok[dst] = Vocab::kPad;
+        next_tok[dst] = kPadId;
       }
     }
     // Keep the rows of the sentences still searching, in order.

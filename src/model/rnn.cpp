@@ -1,6 +1,6 @@
 #include "model/rnn.h"
 
-#include "data/vocab.h"
+#include "data/special_tokens.h"
 #include "model/recurrence.h"
 
 namespace attnmt {
@@ -115,7 +115,7 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor&
 
 EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
     : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers) {
-  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(Vocab::kPad)));
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(kPadId)));
   drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
   int64_t per_dir = cfg.bidirectional ? cfg.hidden_dim / 2 : cfg.hidden_dim;
   rnn = register_module("rnn", Rnn(cfg.rnn, cfg.embed_dim, per_dir, cfg.encoder_layers, cfg.dropout, cfg.bidirectional));
@@ -150,7 +150,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
       hidden_(cfg.hidden_dim),
       layers_(cfg.decoder_layers) {
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
-  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(Vocab::kPad)));
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(kPadId)));
   drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
   attention_ = make_attention(cfg);
   if (attention_) register_module("attention", attention_);

@@ -5,9 +5,6 @@
 #include <atomic>
 #include <chrono>
 #include <csignal>
-#include <cerrno>
-#include <cstring>
-#include <thread>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -32,11 +29,6 @@ namespace fs = std::filesystem;
 
 namespace {
 std::atomic<int> g_stop_signal{0};
-// Tests set ATTNMT_TEST_SLOW_CHECKPOINT_MS to pause inside every checkpoint write.
-const int g_slow_write_ms = [] {
-  const char* v = std::getenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS");
-  return v ? std::atoi(v) : 0;
-}();
 extern "C" void on_signal(int s) { g_stop_signal.store(s); }
 
 double now_s() {
@@ -158,179 +150,11 @@ void write_curves(const std::string& dir) {
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
-namespace {
-// Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node:
-// loss_i = (1 - eps) (lse_i - x_i[t_i]) + eps (lse_i - mean_c x_ic), with lse the log-sum-exp of the row.
-// Backward writes the gradient softmax(x) - (1 - eps) onehot(t) - eps / V into one [N, V] buffer; the
-// stock cross_entropy keeps log_softmax's output and builds several [N, V] gradients on the way.
-struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntropy> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
-                               const torch::Tensor& target, double eps) {
-    torch::Tensor valid = target.ne(Vocab::kPad);
-    torch::Tensor t = target.masked_fill(valid.logical_not(), 0);
-    torch::Tensor lse = logits.logsumexp(1);
-    torch::Tensor picked = logits.gather(1, t.unsqueeze(1)).squeeze(1);
-    torch::Tensor per_row = (lse - picked) * (1.0 - eps);
-    if (eps > 0) per_row = per_row + (lse - logits.mean(1)) * eps;
-    ctx->save_for_backward({logits, lse, t, valid});
-    ctx->saved_data["eps"] = eps;
-    return per_row.masked_fill(valid.logical_not(), 0).sum();
-  }
-  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const torch::Tensor &logits = saved[0], &lse = saved[1], &t = saved[2], &valid = saved[3];
-    const double eps = ctx->saved_data["eps"].toDouble();
-    torch::Tensor grad = logits.sub(lse.unsqueeze(1)).exp_();  // softmax
-    if (eps > 0) grad.sub_(eps / static_cast<double>(logits.size(1)));
-    grad.scatter_add_(1, t.unsqueeze(1), torch::full({logits.size(0), 1}, eps - 1.0, grad.options()));
-    grad.mul_((valid.to(grad.scalar_type()) * grads[0]).unsqueeze(1));
-    return {grad, torch::Tensor(), torch::Tensor()};
-  }
-};
-}  // namespace
-
-torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
-  const bool padded = logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) &&
-                      logits.size(1) == target.size(1);
-  const bool packed = logits.dim() == 2 && target.dim() == 1 && logits.size(0) == target.size(0);
-  TORCH_CHECK(padded || packed, "sequence_loss: logits [B, T, V] with target [B, T], or [N, V] with [N] expected, got ",
-              logits.sizes(), " and ", target.sizes());
-  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
-}
-
-BatchLoss batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing, double teacher_forcing) {
-  Seq2SeqOutput out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in, teacher_forcing, false, b.tgt_mask);
-  torch::Tensor loss = sequence_loss(out.logits, b.tgt_out.masked_select(b.tgt_mask), label_smoothing);
-  return {loss, out};
-}
-
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_rows: rank ", rank, " of ", world);
   const size_t n = rows.size(), w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
   return std::vector<int64_t>(rows.begin() + static_cast<std::ptrdiff_t>(r * n / w),
                               rows.begin() + static_cast<std::ptrdiff_t>((r + 1) * n / w));
-}
-
-void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
-                     const std::vector<torch::Tensor>& rank_rng) {
-  write_atomic_with(path, [&](const std::string& tmp) {
-    torch::serialize::OutputArchive ar;
-    torch::serialize::OutputArchive m;
-    model->save(m);
-    ar.write("model", m);
-    if (optim) {
-      torch::serialize::OutputArchive o;
-      optim->save(o);
-      ar.write("optimizer", o);
-    }
-    auto i64 = [](int64_t v) { return torch::tensor({v}, torch::kLong); };
-    auto f64 = [](double v) { return torch::tensor({v}, torch::kDouble); };
-    ar.write("step", i64(st.step));
-    ar.write("epoch", i64(st.epoch));
-    ar.write("batch_in_epoch", i64(st.batch_in_epoch));
-    ar.write("best_metric", f64(st.best_metric));
-    ar.write("has_best", i64(st.has_best));
-    ar.write("bad_validations", i64(st.bad_validations));
-    ar.write("plateau_bad", i64(st.plateau_bad));
-    ar.write("lr", f64(st.lr));
-    ar.write("elapsed_s", f64(st.elapsed_s));
-    ar.write("finished", i64(st.finished));
-    ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
-    for (size_t r = 1; r < rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), rank_rng[r]);
-    // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
-    // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
-    // completed into the void, and the error is reported once it returns.
-    FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) throw Error(path + ": cannot write checkpoint: " + std::strerror(errno));
-    int write_errno = 0;
-    bool slowed = false;
-    auto writer = [&](const void* data, size_t n) -> size_t {
-      if (write_errno == 0 && std::fwrite(data, 1, n, f) != n) write_errno = errno ? errno : EIO;
-      if (g_slow_write_ms > 0 && !slowed) {  // tests: widen the window in which a kill hits a half-written file
-        slowed = true;
-        std::fflush(f);
-        std::this_thread::sleep_for(std::chrono::milliseconds(g_slow_write_ms));
-      }
-      return n;
-    };
-    try {
-      ar.save_to(writer);
-    } catch (const c10::Error& e) {
-      std::fclose(f);
-      throw Error(path + ": cannot write checkpoint: " + e.what_without_backtrace());
-    }
-    if (std::fflush(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
-    if (std::fclose(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
-    if (write_errno != 0)
-      throw Error(path + ": cannot write checkpoint: " + std::strerror(write_errno) + " (disk full or file size limit?)");
-  });
-}
-
-TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank,
-                             bool* rank_rng_found) {
-  if (!fs::is_regular_file(path)) throw UsageError(path + ": checkpoint not found");
-  TrainerState st;
-  try {
-    torch::serialize::InputArchive ar;
-    ar.load_from(path);
-    torch::serialize::InputArchive m;
-    ar.read("model", m);
-    // Module::load replaces each tensor with the stored one whatever its shape, so a checkpoint of another
-    // model config would load "fine" and fail later inside a matmul: compare every shape here instead.
-    std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
-    for (const auto& p : model->named_parameters()) shapes.emplace_back(p.key(), p.value().sizes().vec());
-    for (const auto& b : model->named_buffers()) shapes.emplace_back(b.key(), b.value().sizes().vec());
-    model->load(m);
-    std::map<std::string, std::vector<int64_t>> loaded;
-    for (const auto& p : model->named_parameters()) loaded[p.key()] = p.value().sizes().vec();
-    for (const auto& b : model->named_buffers()) loaded[b.key()] = b.value().sizes().vec();
-    for (const auto& [name, want] : shapes) {
-      const auto& got = loaded[name];
-      if (got != want)
-        throw UsageError(path + ": checkpoint is from a different model config: " + name + " has shape " +
-                         c10::str(c10::IntArrayRef(got)) + ", the config gives " + c10::str(c10::IntArrayRef(want)));
-    }
-    if (optim) {
-      torch::serialize::InputArchive o;
-      ar.read("optimizer", o);
-      optim->load(o);
-    }
-    auto i64 = [&](const char* k) {
-      torch::Tensor t;
-      ar.read(k, t);
-      return t.item<int64_t>();
-    };
-    auto f64 = [&](const char* k) {
-      torch::Tensor t;
-      ar.read(k, t);
-      return t.item<double>();
-    };
-    st.step = i64("step");
-    st.epoch = i64("epoch");
-    st.batch_in_epoch = i64("batch_in_epoch");
-    st.best_metric = f64("best_metric");
-    st.has_best = i64("has_best") != 0;
-    st.bad_validations = i64("bad_validations");
-    st.plateau_bad = i64("plateau_bad");
-    st.lr = f64("lr");
-    st.elapsed_s = f64("elapsed_s");
-    st.finished = i64("finished") != 0;
-    torch::Tensor rng;
-    ar.read("rng_cpu", rng);
-    if (rank > 0) {
-      torch::Tensor own;
-      bool found = ar.try_read("rng_cpu_rank" + std::to_string(rank), own);
-      if (found) rng = own;
-      if (rank_rng_found) *rank_rng_found = found;
-    }
-    auto gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng);
-  } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    msg = msg.substr(0, msg.find('\n'));
-    throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config): " + msg);
-  }
-  return st;
 }
 
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device) {
@@ -433,6 +257,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   auto rank_rng_states = [&]() -> std::vector<torch::Tensor> {
     if (!dist) return {};
     return dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
+  };
+
+  auto write_checkpoint = [&](const std::string& path, const std::vector<torch::Tensor>& rngs) {
+    save_checkpoint(path, model, &optim, st, {rngs, opt.test_checkpoint_pause_ms});
   };
 
   std::optional<RemoveSink> remove_sink;
@@ -540,8 +368,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       if (tty) std::fprintf(stderr, "\r\033[K");
       spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
                    st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");
-      if (improved) save_checkpoint(best, model, &optim, st, rngs);
-      save_checkpoint(last, model, &optim, st, rngs);
+      if (improved) write_checkpoint(best, rngs);
+      write_checkpoint(last, rngs);
     }
     window_loss = window_tokens = 0;
     window_tgt_tokens = 0;
@@ -552,9 +380,6 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     }
   };
 
-  // Tests make the loss NaN at a chosen step through this variable, to exercise the check below.
-  const char* nan_env = std::getenv("ATTNMT_TEST_NAN_AT_STEP");
-  const int64_t nan_at_step = nan_env ? std::atoll(nan_env) : 0;
   model->train();
   // A resumed run continues as long as its (possibly raised) limits allow.
   st.finished = (cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps) ||
@@ -582,7 +407,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
         (loss_sum / static_cast<double>(batch_tokens)).backward();
         lv = loss_sum.item<double>();
       }
-      if (nan_at_step > 0 && st.step + 1 == nan_at_step) lv = std::nan("");  // fault injection for tests
+      if (opt.test_nan_at_step > 0 && st.step + 1 == opt.test_nan_at_step) lv = std::nan("");  // fault injection for tests
       int sig = g_stop_signal.load();
       bool time_up = cfg.train.max_minutes > 0 && (base_elapsed + now_s() - t0) / 60.0 >= cfg.train.max_minutes;
       if (dist) {
@@ -640,7 +465,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       update_elapsed();
       if (sig != 0) {
         auto rngs = rank_rng_states();
-        if (main_rank) save_checkpoint(last, model, &optim, st, rngs);
+        if (main_rank) write_checkpoint(last, rngs);
         if (main_rank) spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
         result.state = st;
         result.exit_code = 128 + sig;
@@ -652,7 +477,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   st.finished = true;
   update_elapsed();
   auto rngs = rank_rng_states();
-  if (main_rank) save_checkpoint(last, model, &optim, st, rngs);
+  if (main_rank) write_checkpoint(last, rngs);
   spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}{}", st.step,
                st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, best, last, comm_note());
   result.state = st;

@@ -1,4 +1,4 @@
-// Training: data preparation, the step loop, validation, checkpoints with exact resume,
+// Training: data preparation, the step loop, validation, checkpoints with exact resume (model/checkpoint.h),
 // early stopping, LR schedule, signals.
 #pragma once
 #include <string>
@@ -10,6 +10,8 @@
 #include "data/batcher.h"
 #include "data/corpus.h"
 #include "data/vocab.h"
+#include "model/checkpoint.h"
+#include "model/loss.h"
 #include "model/seq2seq.h"
 
 namespace attnmt {
@@ -22,20 +24,9 @@ struct TrainOptions {
   // Data-parallel group, or null for one process. Each rank trains on its slice of every batch; only
   // rank 0 validates, logs and writes the run directory (which every rank must see to resume).
   Distributed* dist = nullptr;
-};
-
-// What is saved with every checkpoint besides model and optimizer.
-struct TrainerState {
-  int64_t step = 0;            // optimizer updates done
-  int64_t epoch = 0;           // current epoch (0-based)
-  int64_t batch_in_epoch = 0;  // next batch of the epoch's plan
-  double best_metric = 0;      // best validation metric so far
-  bool has_best = false;
-  int64_t bad_validations = 0; // early stopping counter
-  int64_t plateau_bad = 0;     // LR schedule counter
-  double lr = 0;               // current learning rate
-  double elapsed_s = 0;        // training time before this process
-  bool finished = false;       // training ended (epochs, max_steps, early stopping)
+  // Test hooks (the CLI fills them from ATTNMT_TEST_* variables; never set in normal use):
+  int test_checkpoint_pause_ms = 0;  // pause inside every checkpoint write, so that a kill can hit one half-written
+  int64_t test_nan_at_step = 0;      // report the loss of this step (1-based) as NaN, to exercise the NaN check
 };
 
 struct ValidationResult {
@@ -59,35 +50,12 @@ struct RunData {
 
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
 
-// Checkpoint I/O. load_checkpoint throws UsageError on a missing, truncated or mismatched file.
-// rank_rng[r] (r >= 1) is the CPU generator state of rank r in a data-parallel run, kept for exact resume.
-void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
-                     const std::vector<torch::Tensor>& rank_rng = {});
-// Restores model, optimizer and the CPU generator (rank `rank`'s state where the checkpoint has one; returns
-// false in rank_rng_found when a rank > 0 found none).
-TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank = 0,
-                             bool* rank_rng_found = nullptr);
-
 // The rows of a batch (example indices) that rank `rank` of `world` trains on: a contiguous slice,
 // as equal as possible; may be empty when the batch has fewer rows than ranks.
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world);
 
 // Validation loss/perplexity (teacher forced) and greedy BLEU.
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);
-
-// Cross-entropy summed over real target tokens, with label smoothing: logits [B, T, V] with target [B, T]
-// (padding skipped), or [N, V] with [N] (the output of a forward with a target mask, with
-// target = tgt_out.masked_select(tgt_mask)).
-torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing);
-
-struct BatchLoss {
-  torch::Tensor sum;   // loss summed over the batch's real target tokens (a scalar with a gradient)
-  Seq2SeqOutput out;   // the forward's output; its logits are [N, V], one row per real target token
-};
-
-// The loss of a batch with the readout and output layer run over its real target positions only (what
-// training, validation and `evaluate` use).
-BatchLoss batch_loss(Seq2Seq& model, const Batch& b, double label_smoothing, double teacher_forcing = 1.0);
 
 // Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
 void request_stop(int signal_number);

@@ -1,0 +1,174 @@
+#include "model/checkpoint.h"
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "common/fs.h"
+
+namespace attnmt {
+
+namespace fs = std::filesystem;
+
+std::string model_type(const ModelConfig& m) {
+  std::string t = m.rnn + "/" + m.attention.type;
+  if (m.attention.type == "luong") t += "-" + effective_score(m.attention);
+  return t;
+}
+
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
+                     const SaveOptions& opt) {
+  write_atomic_with(path, [&](const std::string& tmp) {
+    torch::serialize::OutputArchive ar;
+    auto i64 = [](int64_t v) { return torch::tensor({v}, torch::kLong); };
+    auto f64 = [](double v) { return torch::tensor({v}, torch::kDouble); };
+    ar.write("format_version", i64(kCheckpointFormat));
+    ar.write("model_type", c10::IValue(model_type(model->config())));
+    torch::serialize::OutputArchive m;
+    model->save(m);
+    ar.write("model", m);
+    if (optim) {
+      torch::serialize::OutputArchive o;
+      optim->save(o);
+      ar.write("optimizer", o);
+    }
+    ar.write("step", i64(st.step));
+    ar.write("epoch", i64(st.epoch));
+    ar.write("batch_in_epoch", i64(st.batch_in_epoch));
+    ar.write("best_metric", f64(st.best_metric));
+    ar.write("has_best", i64(st.has_best));
+    ar.write("bad_validations", i64(st.bad_validations));
+    ar.write("plateau_bad", i64(st.plateau_bad));
+    ar.write("lr", f64(st.lr));
+    ar.write("elapsed_s", f64(st.elapsed_s));
+    ar.write("finished", i64(st.finished));
+    ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
+    for (size_t r = 1; r < opt.rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), opt.rank_rng[r]);
+    // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
+    // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
+    // completed into the void, and the error is reported once it returns.
+    FILE* f = std::fopen(tmp.c_str(), "wb");
+    if (!f) throw Error(path + ": cannot write checkpoint: " + std::strerror(errno));
+    int write_errno = 0;
+    bool paused = false;
+    auto writer = [&](const void* data, size_t n) -> size_t {
+      if (write_errno == 0 && std::fwrite(data, 1, n, f) != n) write_errno = errno ? errno : EIO;
+      if (opt.pause_ms > 0 && !paused) {
+        paused = true;
+        std::fflush(f);
+        std::this_thread::sleep_for(std::chrono::milliseconds(opt.pause_ms));
+      }
+      return n;
+    };
+    try {
+      ar.save_to(writer);
+    } catch (const c10::Error& e) {
+      std::fclose(f);
+      throw Error(path + ": cannot write checkpoint: " + e.what_without_backtrace());
+    }
+    if (std::fflush(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
+    if (std::fclose(f) != 0 && write_errno == 0) write_errno = errno ? errno : EIO;
+    if (write_errno != 0)
+      throw Error(path + ": cannot write checkpoint: " + std::strerror(write_errno) + " (disk full or file size limit?)");
+  });
+}
+
+namespace {
+// Format and model type, checked before the parameters are read so that the message names what differs.
+void check_header(const std::string& path, torch::serialize::InputArchive& ar, const ModelConfig& cfg) {
+  torch::Tensor version;
+  const int64_t v = ar.try_read("format_version", version) ? version.item<int64_t>() : 1;
+  if (v < 1 || v > kCheckpointFormat)
+    throw UsageError(path + ": checkpoint format " + std::to_string(v) + " is not readable by this attnmt (it reads formats 1 to " +
+                     std::to_string(kCheckpointFormat) + "; a newer attnmt wrote it?)");
+  c10::IValue type;
+  if (v >= 2 && ar.try_read("model_type", type)) {
+    const std::string want = model_type(cfg);
+    if (!type.isString() || type.toStringRef() != want)
+      throw UsageError(path + ": checkpoint holds a " + (type.isString() ? type.toStringRef() : std::string("?")) +
+                       " model, the config gives " + want);
+  }
+}
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> shapes_of(Seq2Seq& model) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> shapes;
+  for (const auto& p : model->named_parameters()) shapes.emplace_back(p.key(), p.value().sizes().vec());
+  for (const auto& b : model->named_buffers()) shapes.emplace_back(b.key(), b.value().sizes().vec());
+  return shapes;
+}
+}  // namespace
+
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank,
+                             bool* rank_rng_found) {
+  if (!fs::is_regular_file(path)) throw UsageError(path + ": checkpoint not found");
+  TrainerState st;
+  try {
+    torch::serialize::InputArchive ar;
+    ar.load_from(path);
+    check_header(path, ar, model->config());
+    torch::serialize::InputArchive m;
+    ar.read("model", m);
+    // Module::load replaces each tensor with the stored one whatever its shape, so a checkpoint of another
+    // model config would load "fine" and fail later inside a matmul: compare every shape here instead.
+    const auto want = shapes_of(model);
+    model->load(m);
+    std::map<std::string, std::vector<int64_t>> loaded;
+    for (auto& [name, shape] : shapes_of(model)) loaded[name] = std::move(shape);
+    for (const auto& [name, expected] : want) {
+      const auto& got = loaded[name];
+      if (got != expected)
+        throw UsageError(path + ": checkpoint is from a different model config: " + name + " has shape " +
+                         c10::str(c10::IntArrayRef(got)) + ", the config gives " + c10::str(c10::IntArrayRef(expected)));
+    }
+    if (optim) {
+      torch::serialize::InputArchive o;
+      ar.read("optimizer", o);
+      optim->load(o);
+    }
+    auto i64 = [&](const char* k) {
+      torch::Tensor t;
+      ar.read(k, t);
+      return t.item<int64_t>();
+    };
+    auto f64 = [&](const char* k) {
+      torch::Tensor t;
+      ar.read(k, t);
+      return t.item<double>();
+    };
+    st.step = i64("step");
+    st.epoch = i64("epoch");
+    st.batch_in_epoch = i64("batch_in_epoch");
+    st.best_metric = f64("best_metric");
+    st.has_best = i64("has_best") != 0;
+    st.bad_validations = i64("bad_validations");
+    st.plateau_bad = i64("plateau_bad");
+    st.lr = f64("lr");
+    st.elapsed_s = f64("elapsed_s");
+    st.finished = i64("finished") != 0;
+    torch::Tensor rng;
+    ar.read("rng_cpu", rng);
+    if (rank > 0) {
+      torch::Tensor own;
+      bool found = ar.try_read("rng_cpu_rank" + std::to_string(rank), own);
+      if (found) rng = own;
+      if (rank_rng_found) *rank_rng_found = found;
+    }
+    auto gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    std::string msg = e.what_without_backtrace();
+    msg = msg.substr(0, msg.find('\n'));
+    throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config): " + msg);
+  }
+  return st;
+}
+
+}  // namespace attnmt

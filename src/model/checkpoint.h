@@ -1,0 +1,52 @@
+// Checkpoints: the model's parameters, the optimizer's state, the training position (for exact resume)
+// and the random state, in one file written atomically. A checkpoint records the format it was written in
+// and the model type it holds; loading checks both and every parameter's shape before anything is used.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "model/seq2seq.h"
+
+namespace attnmt {
+
+// The checkpoint layout this build writes. Version 1 (no "format_version" entry) is the same layout
+// without the version and model-type entries and is still read.
+constexpr int64_t kCheckpointFormat = 2;
+
+// What is saved with every checkpoint besides model and optimizer.
+struct TrainerState {
+  int64_t step = 0;            // optimizer updates done
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t batch_in_epoch = 0;  // next batch of the epoch's plan
+  double best_metric = 0;      // best validation metric so far
+  bool has_best = false;
+  int64_t bad_validations = 0; // early stopping counter
+  int64_t plateau_bad = 0;     // LR schedule counter
+  double lr = 0;               // current learning rate
+  double elapsed_s = 0;        // training time before this process
+  bool finished = false;       // training ended (epochs, max_steps, early stopping)
+};
+
+// The model type a checkpoint records, e.g. "gru/bahdanau" or "lstm/luong-general".
+std::string model_type(const ModelConfig& m);
+
+struct SaveOptions {
+  // r >= 1: the CPU generator state of rank r in a data-parallel run, kept for exact resume.
+  std::vector<torch::Tensor> rank_rng;
+  int pause_ms = 0;  // tests: pause after the first bytes, widening the window in which a kill hits a half-written file
+};
+
+// Writes path atomically (temporary file + rename). Throws Error naming the path when the write fails
+// (disk full, file-size limit); the previous file at path then stays as it was.
+void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
+                     const SaveOptions& opt = {});
+
+// Restores model, optimizer (when given) and the CPU generator (rank `rank`'s state where the checkpoint has
+// one; rank_rng_found is set to false when a rank > 0 found none). Throws UsageError with one line on a
+// missing, truncated or corrupt file, a newer format, another model type, or another parameter shape.
+TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank = 0,
+                             bool* rank_rng_found = nullptr);
+
+}  // namespace attnmt

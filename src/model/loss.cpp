@@ -1,0 +1,57 @@
+#include "model/loss.h"
+
+#include "data/special_tokens.h"
+
+namespace attnmt {
+
+namespace {
+// Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node.
+// Backward writes the gradient softmax(x) - (1 - eps) onehot(t) - eps / V into one [N, V] buffer; the
+// stock cross_entropy keeps log_softmax's output and builds several [N, V] gradients on the way.
+struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntropy> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& target, double eps) {
+    torch::Tensor valid = target.ne(kPadId);
+    torch::Tensor t = target.masked_fill(valid.logical_not(), 0);
+    torch::Tensor lse = logits.logsumexp(1);
+    torch::Tensor picked = logits.gather(1, t.unsqueeze(1)).squeeze(1);
+    torch::Tensor per_row = (lse - picked) * (1.0 - eps);
+    if (eps > 0) per_row = per_row + (lse - logits.mean(1)) * eps;
+    ctx->save_for_backward({logits, lse, t, valid});
+    ctx->saved_data["eps"] = eps;
+    return per_row.masked_fill(valid.logical_not(), 0).sum();
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const torch::Tensor &logits = saved[0], &lse = saved[1], &t = saved[2], &valid = saved[3];
+    const double eps = ctx->saved_data["eps"].toDouble();
+    torch::Tensor grad = logits.sub(lse.unsqueeze(1)).exp_();  // softmax
+    if (eps > 0) grad.sub_(eps / static_cast<double>(logits.size(1)));
+    grad.scatter_add_(1, t.unsqueeze(1), torch::full({logits.size(0), 1}, eps - 1.0, grad.options()));
+    grad.mul_((valid.to(grad.scalar_type()) * grads[0]).unsqueeze(1));
+    return {grad, torch::Tensor(), torch::Tensor()};
+  }
+};
+}  // namespace
+
+torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& target, double label_smoothing) {
+  const bool padded = logits.dim() == 3 && target.dim() == 2 && logits.size(0) == target.size(0) &&
+                      logits.size(1) == target.size(1);
+  const bool packed = logits.dim() == 2 && target.dim() == 1 && logits.size(0) == target.size(0);
+  TORCH_CHECK(padded || packed, "sequence_loss: logits [B, T, V] with target [B, T], or [N, V] with [N] expected, got ",
+              logits.sizes(), " and ", target.sizes());
+  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
+}
+
+BatchLoss teacher_forced_loss(Seq2Seq& model, const torch::Tensor& src, const torch::Tensor& src_len,
+                              const torch::Tensor& src_mask, const torch::Tensor& tgt_in, const torch::Tensor& tgt_out,
+                              const torch::Tensor& tgt_mask, double label_smoothing, double teacher_forcing) {
+  TORCH_CHECK(tgt_out.sizes() == tgt_in.sizes() && tgt_mask.sizes() == tgt_in.sizes(),
+              "batch_loss: tgt_in, tgt_out and tgt_mask [B, T] expected, got ", tgt_in.sizes(), ", ", tgt_out.sizes(),
+              " and ", tgt_mask.sizes());
+  Seq2SeqOutput out = model->forward(src, src_len, src_mask, tgt_in, teacher_forcing, false, tgt_mask);
+  torch::Tensor loss = sequence_loss(out.logits, tgt_out.masked_select(tgt_mask), label_smoothing);
+  return {loss, out};
+}
+
+}  // namespace attnmt
