@@ -204,24 +204,21 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               // FLOPs from the padded batch shape, as configured (padding included, same for every type).
               FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
               r.train_flops_step = fc.train_step();
-              auto train_step = [&]() {
+              auto train_step = [&]() {  // the training loop's own update (train/trainer.h)
                 if (dist)
                   dist->zero_gradients();
                 else
                   optim.zero_grad();
-                auto loss = batch_loss(model, dbatch, 0.0).sum / static_cast<double>(batch.tgt_tokens);
-                loss.backward();
+                accumulate_gradients(model, dbatch, batch.tgt_tokens, 0.0, 1.0);
                 if (dist) dist->allreduce_gradients();
-                torch::nn::utils::clip_grad_norm_(model->parameters(), 1.0);
-                optim.step();
-                return loss;
+                apply_update(model, optim, 1.0);
               };
               for (int i = 0; i < 3; ++i) train_step();  // warm-up
               const CommStats before = dist ? dist->stats() : CommStats{};
               double dt = 0;
               for (int i = 0; i < opt->steps; ++i) {
                 double t0 = now_s();
-                train_step().item<float>();
+                train_step();
                 dt += now_s() - t0;
                 if (!dist) sampler.sample();
               }

@@ -4,25 +4,9 @@
 #include <numeric>
 #include <random>
 
-#include "data/vocab.h"
+#include "data/special_tokens.h"
 
 namespace attnmt {
-
-uint64_t mix_seed(uint64_t seed, uint64_t stream) {
-  // splitmix64 over the pair
-  uint64_t z = seed * 0x9E3779B97F4A7C15ULL + stream + 0x632BE59BD9B4E019ULL;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-void deterministic_shuffle(std::vector<int64_t>& v, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  for (size_t i = v.size(); i > 1; --i) {
-    size_t j = static_cast<size_t>(rng() % i);  // Fisher-Yates with a fixed reduction
-    std::swap(v[i - 1], v[j]);
-  }
-}
 
 std::vector<std::vector<int64_t>> make_batch_plan(const std::vector<EncodedPair>& data, int batch_size, uint64_t seed,
                                                   int64_t epoch, bool shuffle, int pool_batches) {
@@ -63,13 +47,13 @@ torch::Tensor pad_rows(const std::vector<const std::vector<int64_t>*>& rows, int
   int64_t max_len = 0;
   for (auto* r : rows) max_len = std::max<int64_t>(max_len, static_cast<int64_t>(r->size()) + prefix + suffix);
   max_len = std::max<int64_t>(max_len, 1);
-  auto t = torch::full({static_cast<int64_t>(rows.size()), max_len}, Vocab::kPad, torch::kLong);
+  auto t = torch::full({static_cast<int64_t>(rows.size()), max_len}, kPadId, torch::kLong);
   auto acc = t.accessor<int64_t, 2>();
   for (size_t b = 0; b < rows.size(); ++b) {
     int64_t k = 0;
-    if (prefix) acc[static_cast<int64_t>(b)][k++] = Vocab::kBos;
+    if (prefix) acc[static_cast<int64_t>(b)][k++] = kBosId;
     for (int64_t id : *rows[b]) acc[static_cast<int64_t>(b)][k++] = id;
-    if (suffix) acc[static_cast<int64_t>(b)][k++] = Vocab::kEos;
+    if (suffix) acc[static_cast<int64_t>(b)][k++] = kEosId;
   }
   *max_len_out = max_len;
   return t;
@@ -88,7 +72,7 @@ Batch src_batch_from_rows(const std::vector<const std::vector<int64_t>*>& rows) 
     lens[static_cast<int64_t>(k)] = static_cast<int64_t>(rows[k]->size());
     b.src_tokens += static_cast<int64_t>(rows[k]->size());
   }
-  b.src_mask = b.src.ne(Vocab::kPad);
+  b.src_mask = b.src.ne(kPadId);
   b.padded_cells = b.src.numel();
   return b;
 }
@@ -117,7 +101,7 @@ Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t
   torch::Tensor full = pad_rows(tgts, 1, 1, &t_len);  // <bos> y <eos>
   b.tgt_in = full.slice(1, 0, t_len - 1).clone();
   b.tgt_out = full.slice(1, 1, t_len).clone();
-  b.tgt_mask = b.tgt_out.ne(Vocab::kPad);
+  b.tgt_mask = b.tgt_out.ne(kPadId);
   for (auto* t : tgts) b.tgt_tokens += static_cast<int64_t>(t->size()) + 1;
   b.padded_cells += b.tgt_out.numel();
   return b;

@@ -6,6 +6,8 @@
 
 #include <torch/types.h>
 
+#include "common/random.h"
+
 namespace attnmt {
 
 struct EncodedPair {
@@ -39,9 +41,5 @@ Batch make_src_batch(const std::vector<std::vector<int64_t>>& srcs, const std::v
 
 // Fraction of padding cells over all batches of a plan (source and target).
 double padding_fraction(const std::vector<EncodedPair>& data, const std::vector<std::vector<int64_t>>& plan);
-
-// Small deterministic PRNG helpers (independent of the standard library's distributions).
-uint64_t mix_seed(uint64_t seed, uint64_t stream);
-void deterministic_shuffle(std::vector<int64_t>& v, uint64_t seed);
 
 }  // namespace attnmt

@@ -7,7 +7,7 @@
 
 #include "common/errors.h"
 #include "common/fs.h"
-#include "data/batcher.h"
+#include "common/random.h"
 
 namespace attnmt {
 namespace {

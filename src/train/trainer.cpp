@@ -150,6 +150,19 @@ void write_curves(const std::string& dir) {
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
 
+double accumulate_gradients(Seq2Seq& model, const Batch& b, int64_t batch_tokens, double label_smoothing,
+                            double teacher_forcing) {
+  TORCH_CHECK(batch_tokens > 0, "accumulate_gradients: batch_tokens must be positive, got ", batch_tokens);
+  torch::Tensor loss_sum = batch_loss(model, b, label_smoothing, teacher_forcing).sum;
+  (loss_sum / static_cast<double>(batch_tokens)).backward();
+  return loss_sum.item<double>();
+}
+
+void apply_update(Seq2Seq& model, torch::optim::Optimizer& optim, double clip_norm) {
+  if (clip_norm > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip_norm);
+  optim.step();
+}
+
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_rows: rank ", rank, " of ", world);
   const size_t n = rows.size(), w = static_cast<size_t>(world), r = static_cast<size_t>(rank);
@@ -402,10 +415,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
         optim.zero_grad();
       double lv = 0;
       if (!mine.empty()) {  // a batch with fewer rows than ranks leaves some ranks without a slice
-        Batch b = make_batch(data.train, mine).to(device);
-        torch::Tensor loss_sum = batch_loss(model, b, cfg.train.label_smoothing, cfg.train.teacher_forcing).sum;
-        (loss_sum / static_cast<double>(batch_tokens)).backward();
-        lv = loss_sum.item<double>();
+        lv = accumulate_gradients(model, make_batch(data.train, mine).to(device), batch_tokens, cfg.train.label_smoothing,
+                                  cfg.train.teacher_forcing);
       }
       if (opt.test_nan_at_step > 0 && st.step + 1 == opt.test_nan_at_step) lv = std::nan("");  // fault injection for tests
       int sig = g_stop_signal.load();
@@ -425,8 +436,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
                     std::to_string(st.step + 1) + "; last good checkpoint: " +
                     (fs::exists(last) ? last : std::string("none")));
       }
-      if (cfg.train.clip_norm > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), cfg.train.clip_norm);
-      optim.step();
+      apply_update(model, optim, cfg.train.clip_norm);
       ++st.step;
       ++st.batch_in_epoch;
       window_loss += lv;

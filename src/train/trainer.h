@@ -57,6 +57,15 @@ std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int 
 // Validation loss/perplexity (teacher forced) and greedy BLEU.
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);
 
+// The two halves of one training update, shared by train() and `attnmt bench` so that the benchmark times
+// the code users run. accumulate_gradients: forward and backward of batch b (already on the model's device)
+// with the loss summed over its real target tokens and divided by batch_tokens (the whole batch's count, so
+// that data-parallel slices add up to the one-process gradient); returns the loss sum. apply_update: gradient
+// clipping by global norm (clip_norm 0 = off) and the optimizer step.
+double accumulate_gradients(Seq2Seq& model, const Batch& b, int64_t batch_tokens, double label_smoothing,
+                            double teacher_forcing);
+void apply_update(Seq2Seq& model, torch::optim::Optimizer& optim, double clip_norm);
+
 // Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
 void request_stop(int signal_number);
 
