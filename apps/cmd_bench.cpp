@@ -332,7 +332,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             }
             if (opt->json) {
               nlohmann::json j = {{"matmul_gflops", roof}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
-                                  {"blas", blas_info()}, {"blas_warning", blas_kernel_warning()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
+                                  {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
               for (const auto& r : rows)
                 j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
@@ -346,7 +346,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               std::cout << j.dump(2) << "\n";
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());
-              if (auto w = blas_kernel_warning(); !w.empty()) std::printf("warning: %s\n", w.c_str());
+              std::printf("BLAS kernel: %s\n", blas_kernel_choice().c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));
               std::printf("%-18s %10s %6s %10s %8s %6s %10s %6s %10s %6s %10s %6s %6s\n", "attention", "params", "roof", "train tok/s", "GFLOP/s",

@@ -49,7 +49,6 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
                                                    std::chrono::milliseconds(static_cast<int64_t>(opt->dist_timeout_s * 1000)));
               opt->train.dist = dist.get();
             }
-            if (auto w = blas_kernel_warning(); !w.empty() && device.is_cpu() && spec.rank == 0) spdlog::warn("{}", w);
             spdlog::info("device: {}", device.str());
             // Test hooks (tests/test_kill.cpp, tests/test_train.cpp); unset in normal use.
             if (const char* v = std::getenv("ATTNMT_TEST_SLOW_CHECKPOINT_MS")) opt->train.test_checkpoint_pause_ms = std::atoi(v);

@@ -68,6 +68,9 @@ int main(int argc, char** argv) {
     return kExitUsage;
   }
 
+  // Before the first matrix product: run OpenBLAS's fast kernel for this CPU when it fell back to its generic
+  // one (may re-execute the process; common/runtime.h says how a user's OPENBLAS_CORETYPE is kept).
+  choose_blas_kernel(argv);
   try {
     setup_logging(g.log_level);
     // In a data-parallel job rank 0 speaks for all; the other ranks only warn and fail, under their rank.
@@ -81,8 +84,8 @@ int main(int argc, char** argv) {
       threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::atoi(lw));
     ThreadInfo t = setup_threads(threads, g.intra_threads);
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
-    spdlog::info("threads: LibTorch intra-op {}, BLAS {}", t.intra_op,
-                 t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas));
+    spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
+                 t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
     for (auto& c : commands)
       if (app.got_subcommand(c.app)) return c.run();
     return kExitUsage;

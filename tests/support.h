@@ -56,14 +56,15 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
-// Runs the attnmt binary with the given arguments (a shell-quoted string).
-inline CliResult run_cli(const std::string& args, const std::string& stdin_file = "") {
+// Runs the attnmt binary with the given arguments (a shell-quoted string); env: "NAME=VALUE ..." entries
+// added to its environment.
+inline CliResult run_cli(const std::string& args, const std::string& stdin_file = "", const std::string& env = "") {
   static const std::string out = [] {
     std::string path = testing::TempDir() + "/attnmt_cli_out_" + std::to_string(::getpid()) + ".txt";
     temp_paths().paths.push_back(path);
     return path;
   }();
-  std::string cmd = std::string(ATTNMT_BIN) + " " + args + (stdin_file.empty() ? " </dev/null" : " <" + stdin_file) +
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ATTNMT_BIN) + " " + args + (stdin_file.empty() ? " </dev/null" : " <" + stdin_file) +
                     " >" + out + " 2>&1";
   int rc = std::system(cmd.c_str());
   CliResult r;

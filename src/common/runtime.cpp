@@ -1,6 +1,18 @@
 #include "common/runtime.h"
 
+#include <strings.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
 #include <thread>
+#include <vector>
 
 #include <ATen/Parallel.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -56,16 +68,190 @@ std::string blas_info() {
   return openblas_get_config ? std::string(openblas_get_config()) : std::string("not OpenBLAS");
 }
 
-std::string blas_kernel_warning() {
-  if (!openblas_get_corename) return "";
-  std::string core = openblas_get_corename();
-  if (core != "Prescott" && core != "prescott") return "";
-  const char* better = __builtin_cpu_supports("avx512f") ? "SkylakeX" : __builtin_cpu_supports("avx2") ? "Haswell" : nullptr;
-  if (!better) return "";
-  return std::string("OpenBLAS uses its generic Prescott kernels on this CPU, which supports ") +
-         (better == std::string("SkylakeX") ? "AVX-512" : "AVX2") +
-         "; matrix products may run several times faster with OPENBLAS_CORETYPE=" + better +
-         " set in the environment (README, Performance)";
+std::string blas_kernel() { return openblas_get_corename ? std::string(openblas_get_corename()) : std::string(); }
+
+std::string preferred_blas_kernel() {
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512cd") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl"))
+    return "SkylakeX";
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "Haswell";
+  return "";
+}
+
+namespace {
+constexpr const char* kAutoEnv = "ATTNMT_BLAS_AUTO";  // set by attnmt alongside the OPENBLAS_CORETYPE it chose
+std::string g_choice;                                // blas_kernel_choice()'s line
+
+}  // namespace
+
+bool is_generic_blas_kernel(const std::string& core) {
+  std::string c = core;
+  for (auto& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return c == "prescott" || c == "core2" || c == "katmai" || c == "coppermine" || c == "northwood" || c == "banias" ||
+         c == "atom" || c == "nehalem";
+}
+
+namespace {
+
+// The family to try after `failed` ("" = none left but the generic kernel).
+std::string next_candidate(const std::string& failed) { return failed == "SkylakeX" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : ""; }
+
+[[noreturn]] void reexec(char** argv, const char* core, const char* mark) {
+  ::setenv("OPENBLAS_CORETYPE", core, 1);
+  ::setenv(kAutoEnv, mark, 1);
+  std::fflush(nullptr);
+  ::execv("/proc/self/exe", argv);
+  ::execvp(argv[0], argv);  // no /proc: the name it was started by
+  std::fprintf(stderr, "attnmt: cannot re-execute itself to select the OpenBLAS kernel (%s); set OPENBLAS_CORETYPE=%s\n",
+               std::strerror(errno), core);
+  std::_Exit(kExitFailure);
+}
+}  // namespace
+
+void choose_blas_kernel(char** argv) {
+  const std::string core = blas_kernel();
+  const char* user = std::getenv("OPENBLAS_CORETYPE");
+  const char* mark = std::getenv(kAutoEnv);
+  if (core.empty()) {
+    g_choice = "not OpenBLAS";
+    return;
+  }
+  if (user && mark && std::string(mark) == "generic") {
+    g_choice = core + " (OpenBLAS's own choice: attnmt's checks of the faster kernels failed on this CPU)";
+    return;
+  }
+  if (user && mark && std::string(mark) == user) {
+    // This process is the re-executed one: use the kernel only if OpenBLAS took it and its products are right.
+    const std::string why = "chosen by attnmt: OpenBLAS's own choice was its generic kernel on this CPU; OPENBLAS_CORETYPE overrides";
+    BlasCheck chk = ::strcasecmp(core.c_str(), user) == 0 ? check_blas_products(/*thorough=*/false)
+                                                           : BlasCheck{false, 0, "OpenBLAS runs " + core + " instead"};
+    if (chk.ok) {
+      g_choice = core + " (" + why + "; " + std::to_string(chk.products) + " products checked)";
+      return;
+    }
+    std::fprintf(stderr, "attnmt: OpenBLAS kernel %s rejected (%s); trying the next one\n", user, chk.failure.c_str());
+    const std::string next = next_candidate(user);
+    if (!next.empty()) reexec(argv, next.c_str(), next.c_str());
+    reexec(argv, "Prescott", "generic");
+  }
+  if (user) {
+    g_choice = core + " (OPENBLAS_CORETYPE=" + user + " set in the environment)";
+    return;
+  }
+  const std::string better = preferred_blas_kernel();
+  const bool generic = is_generic_blas_kernel(core) || std::getenv("ATTNMT_TEST_BLAS_GENERIC") != nullptr;
+  if (generic && !better.empty()) reexec(argv, better.c_str(), better.c_str());
+  g_choice = core + " (OpenBLAS's own choice for this CPU)";
+}
+
+std::string blas_kernel_choice() { return g_choice.empty() ? blas_kernel() + " (OpenBLAS's own choice)" : g_choice; }
+
+namespace {
+// Freivalds' test of c = a b (a [m, k], b [k, n], c [m, n], any strides): c x against a (b x) in double for a
+// random x, with the rounding bound of a k-term dot product in the result's precision.
+bool product_is_right(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, std::mt19937_64& gen,
+                      std::string* why) {
+  const int64_t m = a.size(0), k = a.size(1), n = b.size(1);
+  if (c.dim() != 2 || c.size(0) != m || c.size(1) != n) {
+    *why = "wrong result shape";
+    return false;
+  }
+  const torch::Tensor A = a.to(torch::kDouble).contiguous(), B = b.to(torch::kDouble).contiguous(),
+                      C = c.to(torch::kDouble).contiguous();
+  const double *pa = A.data_ptr<double>(), *pb = B.data_ptr<double>(), *pc = C.data_ptr<double>();
+  const double u = c.scalar_type() == torch::kFloat ? 0x1p-24 : 0x1p-53;
+  const double tol = 2.0 * static_cast<double>(k + n + 2) * u;
+  std::uniform_real_distribution<double> uni(-1.0, 1.0);
+  for (int rep = 0; rep < 2; ++rep) {
+    std::vector<double> x(static_cast<size_t>(n)), y(static_cast<size_t>(k), 0.0), yb(static_cast<size_t>(k), 0.0);
+    for (auto& v : x) v = uni(gen);
+    for (int64_t l = 0; l < k; ++l)
+      for (int64_t j = 0; j < n; ++j) {
+        y[l] += pb[l * n + j] * x[j];
+        yb[l] += std::fabs(pb[l * n + j] * x[j]);
+      }
+    for (int64_t i = 0; i < m; ++i) {
+      double z = 0, zb = 0, w = 0;
+      for (int64_t l = 0; l < k; ++l) {
+        z += pa[i * k + l] * y[l];
+        zb += std::fabs(pa[i * k + l]) * yb[l];
+      }
+      for (int64_t j = 0; j < n; ++j) w += pc[i * n + j] * x[j];
+      if (!std::isfinite(w) || std::fabs(w - z) > tol * zb + 1e-300) {
+        *why = "row " + std::to_string(i) + " off by " + std::to_string(std::fabs(w - z)) + " (bound " + std::to_string(tol * zb) + ")";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+torch::Tensor random_matrix(int64_t rows, int64_t cols, torch::ScalarType type, std::mt19937_64& gen) {
+  torch::Tensor t = torch::empty({rows, cols}, torch::kDouble);
+  std::uniform_real_distribution<double> uni(-1.0, 1.0);
+  double* p = t.data_ptr<double>();
+  for (int64_t i = 0; i < rows * cols; ++i) p[i] = uni(gen);
+  return t.to(type);
+}
+}  // namespace
+
+bool product_matches_reference(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, std::string* why) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "product_matches_reference: a [m, k] and b [k, n] expected, got ",
+              a.sizes(), " and ", b.sizes());
+  std::mt19937_64 gen(7);
+  std::string w;
+  const bool ok = product_is_right(a, b, c, gen, &w);
+  if (why) *why = w;
+  return ok;
+}
+
+BlasCheck check_blas_products(bool thorough) {
+  torch::NoGradGuard no_grad;
+  BlasCheck r;
+  std::mt19937_64 gen(20261130);  // its own generator: LibTorch's stays untouched (seeded runs stay the same)
+  std::vector<std::array<int64_t, 3>> shapes = {{1, 1, 1}, {3, 5, 7}, {5, 0, 4}, {17, 33, 9}, {64, 64, 64}, {67, 31, 45}};
+  if (thorough) {
+    for (std::array<int64_t, 3> s : {std::array<int64_t, 3>{2, 1024, 3}, {127, 255, 129}, {256, 256, 256}, {511, 513, 257},
+                                     {64, 512, 8000}, {1024, 1024, 1024}, {1024, 0, 1}})
+      shapes.push_back(s);
+  }
+  auto fail = [&](const std::string& what, const std::string& why) {
+    if (r.ok) r.failure = what + ": " + why;
+    r.ok = false;
+  };
+  for (torch::ScalarType type : {torch::kFloat, torch::kDouble}) {
+    const std::string tname = type == torch::kFloat ? "float" : "double";
+    for (const auto& [m, k, n] : shapes) {
+      for (int trans = 0; trans < 4; ++trans) {
+        const bool ta = trans & 1, tb = trans & 2;
+        // Operands stored transposed where asked, so that the BLAS call gets the transpose flags the model's uses do.
+        const torch::Tensor a = ta ? random_matrix(k, m, type, gen).t() : random_matrix(m, k, type, gen);
+        const torch::Tensor b = tb ? random_matrix(n, k, type, gen).t() : random_matrix(k, n, type, gen);
+        std::string why;
+        ++r.products;
+        if (!product_is_right(a, b, torch::mm(a, b), gen, &why))
+          fail(tname + " mm " + std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n) + (ta ? " A^T" : "") +
+                   (tb ? " B^T" : ""),
+               why);
+      }
+      // Matrix-vector (gemv) both ways, and a batch of three products (bmm).
+      const torch::Tensor a = random_matrix(m, k, type, gen), v = random_matrix(k, 1, type, gen);
+      std::string why;
+      ++r.products;
+      if (!product_is_right(a, v, torch::mv(a, v.squeeze(1)).unsqueeze(1), gen, &why)) fail(tname + " mv", why);
+      const torch::Tensor at = random_matrix(k, m, type, gen);
+      ++r.products;
+      if (!product_is_right(at.t(), v, torch::mv(at.t(), v.squeeze(1)).unsqueeze(1), gen, &why)) fail(tname + " mv A^T", why);
+      torch::Tensor ba = torch::stack({random_matrix(m, k, type, gen), random_matrix(m, k, type, gen), random_matrix(m, k, type, gen)});
+      torch::Tensor bb = torch::stack({random_matrix(k, n, type, gen), random_matrix(k, n, type, gen), random_matrix(k, n, type, gen)});
+      const torch::Tensor bc = torch::bmm(ba, bb);
+      for (int64_t i = 0; i < 3; ++i) {
+        ++r.products;
+        if (!product_is_right(ba[i], bb[i], bc[i], gen, &why)) fail(tname + " bmm", why);
+      }
+    }
+  }
+  return r;
 }
 
 torch::Device resolve_device(const std::string& spec) {

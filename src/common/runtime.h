@@ -23,9 +23,46 @@ ThreadInfo setup_threads(int n, int intra);
 // (the kernel family it picked for this CPU is named there), or "not OpenBLAS".
 std::string blas_info();
 
-// A warning when OpenBLAS runs its generic Prescott kernels on a CPU with AVX2 or AVX-512 (Debian's
-// OpenBLAS 0.3.21 does so on CPUs it does not recognise: 54 instead of 254 GFLOP/s measured here), else "".
-std::string blas_kernel_warning();
+// The kernel family OpenBLAS runs ("SkylakeX", "Haswell", "Prescott", ...), or "" when the BLAS is not OpenBLAS.
+std::string blas_kernel();
+
+// The better OpenBLAS kernel family this CPU supports: "SkylakeX" (AVX-512 F/CD/BW/DQ/VL), "Haswell" (AVX2 + FMA),
+// or "" (nothing better than the generic kernel).
+std::string preferred_blas_kernel();
+
+// Fast by default. Debian's OpenBLAS 0.3.21 does not recognise recent CPUs and falls back to its generic
+// Prescott kernels (about a fifth of the speed of SkylakeX on an AVX-512 CPU). OpenBLAS reads
+// OPENBLAS_CORETYPE only when it loads, so the choice is made by re-executing the process once:
+//   - OPENBLAS_CORETYPE already set (by the user, or by attnmt for this process): never touched;
+//   - OpenBLAS runs a generic kernel on a CPU that supports a better one: OPENBLAS_CORETYPE is set to it and the
+//     process re-executes itself (same pid, arguments and descriptors); ATTNMT_BLAS_AUTO marks the choice as
+//     attnmt's own, and the re-executed process checks the kernel's products (check_blas_products) before
+//     using it, falling back to the next family (and finally to the generic kernel) if they are wrong.
+// Call first thing in main(); returns when the process keeps running as it is. Never throws.
+// Tests set ATTNMT_TEST_BLAS_GENERIC=1 to take that path on a CPU whose kernel OpenBLAS does recognise.
+void choose_blas_kernel(char** argv);
+
+// Whether an OpenBLAS kernel family is one of its generic (pre-AVX) ones, such as Prescott.
+bool is_generic_blas_kernel(const std::string& core);
+
+// How the kernel in use came to be, one line for the log and `bench --json`, e.g. "SkylakeX (chosen by attnmt: ...)".
+std::string blas_kernel_choice();
+
+struct BlasCheck {
+  bool ok = true;
+  int products = 0;     // products checked
+  std::string failure;  // the first wrong product, when !ok
+};
+
+// Runs matrix products through LibTorch in float and double (mm in all four transpose combinations, k = 0,
+// odd sizes, matrix-vector, batched) and checks each against a double-precision reference with Freivalds'
+// test (C x against A (B x), exact to rounding, O(n^2) per product). quick: sizes up to 67, about a
+// millisecond; thorough: sizes up to 1024.
+BlasCheck check_blas_products(bool thorough);
+
+// One product's check: c [m, n] against a [m, k] times b [k, n] (Freivalds, in double; tolerance from c's
+// precision and k). why, when given, says which row is off and by how much.
+bool product_matches_reference(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c, std::string* why = nullptr);
 
 // Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
 // but not available.
