@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "model/additive_kernel.h"
 
 namespace attnmt {
 
@@ -35,19 +36,6 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
 // keys (tanh as a rational function, error < 4e-7) and keeps the tanh values only when a gradient is needed;
 // the backward reads them once and writes the query, key and v gradients in the same pass.
 torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v);
-
-// The two halves of additive_scores, for code that runs its own backward pass (the fused decoder recurrence).
-// The forward stores the tanh values [B, T, S, A] in *tanh_out when given. The backward returns the gradient
-// of wq and adds those of keys ([B, S, A], contiguous) and v into g_keys and g_v, so that several calls can
-// share one buffer.
-torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
-                                      torch::Tensor* tanh_out);
-torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::Tensor& v, const torch::Tensor& grad_scores,
-                                       torch::Tensor& g_keys, torch::Tensor& g_v);
-
-// The float forward runs 16 (AVX-512) or 8 (AVX2) lanes where the CPU has them, else 4. Caps the lane count
-// (4, 8 or 16; for tests and benchmarks) and returns the count now in use.
-int set_additive_lanes(int max_lanes);
 
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);

@@ -1,0 +1,22 @@
+// The additive (Bahdanau / Luong concat) attention scores v^T tanh(wq_t + k_s) as hand-written CPU kernels:
+// a one-pass float forward in 4, 8 (AVX2) or 16 (AVX-512) lanes chosen at run time, and a one-pass backward.
+// Kept apart from the attention modules that call them (model/attention.h), as SIMD code should be.
+#pragma once
+#include <torch/torch.h>
+
+namespace attnmt {
+
+// The two halves of additive_scores, for code that runs its own backward pass (the fused decoder recurrence).
+// The forward stores the tanh values [B, T, S, A] in *tanh_out when given. The backward returns the gradient
+// of wq and adds those of keys ([B, S, A], contiguous) and v into g_keys and g_v, so that several calls can
+// share one buffer.
+torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
+                                      torch::Tensor* tanh_out);
+torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::Tensor& v, const torch::Tensor& grad_scores,
+                                       torch::Tensor& g_keys, torch::Tensor& g_v);
+
+// The float forward runs 16 (AVX-512) or 8 (AVX2) lanes where the CPU has them, else 4. Caps the lane count
+// (4, 8 or 16; for tests and benchmarks) and returns the count now in use.
+int set_additive_lanes(int max_lanes);
+
+}  // namespace attnmt
