@@ -1,5 +1,7 @@
 #include "model/flops.h"
 
+#include "model/rnn.h"
+
 namespace attnmt {
 
 namespace {
@@ -20,9 +22,8 @@ FlopCount count_flops(const ModelConfig& m, int64_t tgt_vocab, int64_t B, int64_
   f.bridge = 2 * static_cast<double>(B) * H * H * m.decoder_layers * (m.rnn == "lstm" ? 2 : 1);
   const std::string& type = m.attention.type;
   const std::string score = effective_score(m.attention);
-  const bool luong_style = type == "luong" || type == "scaled_dot";
-  // Decoder RNN input: embedding plus context (none/bahdanau) or the fed-back attentional state.
-  const double rnn_in = E + ((!luong_style || m.input_feeding) ? H : 0);
+  const DecoderDims dims = decoder_dims(m);
+  const double rnn_in = static_cast<double>(dims.rnn_input);
   double step = 0;
   for (int l = 0; l < m.decoder_layers; ++l) step += rnn_macs(m.rnn, l == 0 ? rnn_in : H, H);
   const double Sd = static_cast<double>(S);
@@ -36,7 +37,7 @@ FlopCount count_flops(const ModelConfig& m, int64_t tgt_vocab, int64_t B, int64_
     f.keys = 2 * src_tokens * 2 * H * A;       // K and V
     step += H * A + Sd * A + Sd * A + A * H;   // Q; scores; context; output projection
   }
-  step += luong_style ? 2 * H * H : (2 * H + E) * H;  // attentional state / readout
+  step += static_cast<double>(dims.readout_input) * H;  // attentional state / readout
   f.decoder = 2 * step * steps;
   f.output = 2 * H * V * steps;
   return f;

@@ -144,8 +144,17 @@ DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
   return s;
 }
 
+DecoderDims decoder_dims(const ModelConfig& cfg) {
+  DecoderDims d;
+  const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
+  d.luong_style = cfg.attention.type == "luong" || cfg.attention.type == "scaled_dot";
+  d.rnn_input = E + ((!d.luong_style || cfg.input_feeding) ? H : 0);
+  d.readout_input = d.luong_style ? 2 * H : 2 * H + E;
+  return d;
+}
+
 DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
-    : luong_style_(cfg.attention.type == "luong" || cfg.attention.type == "scaled_dot"),
+    : luong_style_(decoder_dims(cfg).luong_style),
       input_feeding_(cfg.input_feeding),
       hidden_(cfg.hidden_dim),
       layers_(cfg.decoder_layers) {
@@ -154,12 +163,11 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
   attention_ = make_attention(cfg);
   if (attention_) register_module("attention", attention_);
-  // RNN input: embedding, plus the context (Bahdanau / none) or the previous attentional state (input feeding).
-  int64_t in = E + ((!luong_style_ || input_feeding_) ? H : 0);
-  rnn = register_module("rnn", Rnn(cfg.rnn, in, H, cfg.decoder_layers, cfg.dropout, false));
+  const DecoderDims dims = decoder_dims(cfg);
+  rnn = register_module("rnn", Rnn(cfg.rnn, dims.rnn_input, H, cfg.decoder_layers, cfg.dropout, false));
   bridge_h = register_module("bridge_h", torch::nn::Linear(H, H * layers_));
   if (cfg.rnn == "lstm") bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
-  combine = register_module("combine", torch::nn::Linear(luong_style_ ? 2 * H : 2 * H + E, H));
+  combine = register_module("combine", torch::nn::Linear(dims.readout_input, H));
   out = register_module("out", torch::nn::Linear(H, vocab));
 }
 

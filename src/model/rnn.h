@@ -85,6 +85,14 @@ struct DecoderOutput {
   torch::Tensor head_weights;  // [B, heads, T, S] or undefined
 };
 
+// The decoder's layer sizes, derived from the config in one place (the decoder and the FLOP counter use them).
+struct DecoderDims {
+  bool luong_style = false;  // attention queried with the current state (luong, scaled_dot)
+  int64_t rnn_input = 0;     // embedding, plus the context (Bahdanau / none) or the fed-back attentional state
+  int64_t readout_input = 0; // Luong: [c; s] (2H); Bahdanau / none: [s; c; e] (2H + E)
+};
+DecoderDims decoder_dims(const ModelConfig& cfg);
+
 class DecoderImpl : public torch::nn::Module {
  public:
   DecoderImpl(const ModelConfig& cfg, int64_t vocab);
