@@ -98,6 +98,19 @@ TEST(Blas, AttnmtRunsAFastKernelByDefault) {
   EXPECT_NE(j["blas_kernel_choice"].get<std::string>().find("products checked"), std::string::npos) << j.dump();
 }
 
+TEST(Blas, AKernelThatFailsTheCheckIsNotUsed) {
+  if (auto why = why_no_choice(); !why.empty()) GTEST_SKIP() << why;
+  if (preferred_blas_kernel() != "SkylakeX") GTEST_SKIP() << "the fallback from SkylakeX to Haswell needs an AVX-512 CPU";
+  nlohmann::json j = bench_json("ATTNMT_TEST_BLAS_GENERIC=1 ATTNMT_TEST_BLAS_REJECT=SkylakeX");
+  ASSERT_TRUE(j.contains("blas_kernel")) << j.dump();
+  EXPECT_EQ(j["blas_kernel"].get<std::string>(), "Haswell") << j.dump();
+  EXPECT_NE(j["blas_kernel_choice"].get<std::string>().find("chosen by attnmt"), std::string::npos) << j.dump();
+  j = bench_json("ATTNMT_TEST_BLAS_GENERIC=1 ATTNMT_TEST_BLAS_REJECT=SkylakeX,Haswell");
+  ASSERT_TRUE(j.contains("blas_kernel")) << j.dump();
+  EXPECT_TRUE(is_generic_blas_kernel(j["blas_kernel"].get<std::string>())) << j.dump();
+  EXPECT_NE(j["blas_kernel_choice"].get<std::string>().find("checks of the faster kernels failed"), std::string::npos) << j.dump();
+}
+
 TEST(Blas, AKernelTheEnvironmentSetsIsKept) {
   if (blas_kernel().empty()) GTEST_SKIP() << "the BLAS is not OpenBLAS";
   nlohmann::json j = bench_json("OPENBLAS_CORETYPE=Prescott");

@@ -78,12 +78,6 @@ std::string preferred_blas_kernel() {
   return "";
 }
 
-namespace {
-constexpr const char* kAutoEnv = "ATTNMT_BLAS_AUTO";  // set by attnmt alongside the OPENBLAS_CORETYPE it chose
-std::string g_choice;                                // blas_kernel_choice()'s line
-
-}  // namespace
-
 bool is_generic_blas_kernel(const std::string& core) {
   std::string c = core;
   for (auto& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -92,9 +86,13 @@ bool is_generic_blas_kernel(const std::string& core) {
 }
 
 namespace {
+constexpr const char* kAutoEnv = "ATTNMT_BLAS_AUTO";  // set by attnmt alongside the OPENBLAS_CORETYPE it chose
+std::string g_choice;                                // blas_kernel_choice()'s line
 
 // The family to try after `failed` ("" = none left but the generic kernel).
-std::string next_candidate(const std::string& failed) { return failed == "SkylakeX" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : ""; }
+std::string next_candidate(const std::string& failed) {
+  return failed == "SkylakeX" && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? "Haswell" : "";
+}
 
 [[noreturn]] void reexec(char** argv, const char* core, const char* mark) {
   ::setenv("OPENBLAS_CORETYPE", core, 1);
@@ -117,7 +115,7 @@ void choose_blas_kernel(char** argv) {
     return;
   }
   if (user && mark && std::string(mark) == "generic") {
-    g_choice = core + " (OpenBLAS's own choice: attnmt's checks of the faster kernels failed on this CPU)";
+    g_choice = core + " (generic: attnmt's checks of the faster kernels failed on this CPU)";
     return;
   }
   if (user && mark && std::string(mark) == user) {
@@ -125,6 +123,9 @@ void choose_blas_kernel(char** argv) {
     const std::string why = "chosen by attnmt: OpenBLAS's own choice was its generic kernel on this CPU; OPENBLAS_CORETYPE overrides";
     BlasCheck chk = ::strcasecmp(core.c_str(), user) == 0 ? check_blas_products(/*thorough=*/false)
                                                            : BlasCheck{false, 0, "OpenBLAS runs " + core + " instead"};
+    if (const char* reject = std::getenv("ATTNMT_TEST_BLAS_REJECT");
+        reject && (std::string(",") + reject + ",").find(std::string(",") + user + ",") != std::string::npos)
+      chk = BlasCheck{false, chk.products, "rejected for a test"};
     if (chk.ok) {
       g_choice = core + " (" + why + "; " + std::to_string(chk.products) + " products checked)";
       return;
