@@ -53,9 +53,7 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
             std::vector<std::string> refs;
             if (!opt->ref.empty()) {
               refs = read_lines(opt->ref);
-              if (refs.size() != srcs.size())
-                throw UsageError("line counts differ: " + opt->src + " has " + std::to_string(srcs.size()) + " lines, " +
-                                 opt->ref + " has " + std::to_string(refs.size()));
+              check_same_line_count(opt->src, srcs.size(), opt->ref, refs.size());
             }
             size_t n = srcs.size();
             if (opt->limit > 0) n = std::min(n, static_cast<size_t>(opt->limit));
@@ -70,10 +68,7 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
                 tgt_text[i] = refs[i];
               }
             } else {
-              SearchOptions so;
-              so.beam_size = opt->beam;
-              so.length_penalty = run.cfg.eval.length_penalty;
-              so.max_len_ratio = run.cfg.eval.max_len_ratio;
+              SearchOptions so = search_options(run.cfg.eval, opt->beam);
               auto tr = translate_lines(run, srcs, so, run.cfg.eval.batch_size);
               for (size_t i = 0; i < n; ++i) {
                 tgt_tok[i] = tr[i].tgt_tokens;

@@ -5,6 +5,7 @@
 
 #include "commands.h"
 #include "common/errors.h"
+#include "data/corpus.h"
 #include "data/text.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
@@ -44,9 +45,7 @@ Command setup_bleu(CLI::App& parent, const GlobalOptions&) {
             std::vector<std::vector<std::string>> refs;
             for (const auto& f : opt->refs) {
               refs.push_back(read_lines(f));
-              if (refs.back().size() != hyps.size())
-                throw UsageError("line counts differ: " + opt->hyp + " has " + std::to_string(hyps.size()) + " lines, " + f +
-                                 " has " + std::to_string(refs.back().size()));
+              check_same_line_count(opt->hyp, hyps.size(), f, refs.back().size());
             }
             nlohmann::json j = nlohmann::json::object();
             if (want_bleu) {

@@ -98,10 +98,7 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
               if (!file) throw UsageError(opt->output + ": cannot open for writing");
             }
             std::ostream& out = tmp_out.empty() ? std::cout : file;
-            SearchOptions so;
-            so.beam_size = opt->beam > 0 ? opt->beam : run.cfg.eval.beam_size;
-            so.length_penalty = run.cfg.eval.length_penalty;
-            so.max_len_ratio = run.cfg.eval.max_len_ratio;
+            SearchOptions so = search_options(run.cfg.eval, opt->beam);
             LineReader reader(fd);
             std::vector<std::string> pending;
             std::string line;

@@ -8,14 +8,18 @@
 
 namespace attnmt {
 
+void check_same_line_count(const std::string& a, size_t a_lines, const std::string& b, size_t b_lines) {
+  if (a_lines != b_lines)
+    throw UsageError("line counts differ: " + a + " has " + std::to_string(a_lines) + " lines, " + b + " has " +
+                     std::to_string(b_lines));
+}
+
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path) {
   ParallelText p;
   p.src = read_lines(src_path);
   p.tgt = read_lines(tgt_path);
   p.origin = src_path + " / " + tgt_path;
-  if (p.src.size() != p.tgt.size())
-    throw UsageError("line counts differ: " + src_path + " has " + std::to_string(p.src.size()) + " lines, " + tgt_path +
-                     " has " + std::to_string(p.tgt.size()));
+  check_same_line_count(src_path, p.src.size(), tgt_path, p.tgt.size());
   return p;
 }
 

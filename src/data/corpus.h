@@ -17,6 +17,9 @@ struct ParallelText {
   std::string origin;  // file name(s), for messages
 };
 
+// Throws UsageError "line counts differ: A has N lines, B has M" unless the two counts are equal.
+void check_same_line_count(const std::string& a, size_t a_lines, const std::string& b, size_t b_lines);
+
 // Line i of src <-> line i of tgt. Throws UsageError on different line counts (giving both).
 ParallelText read_parallel(const std::string& src_path, const std::string& tgt_path);
 // "src<TAB>tgt[<TAB>anything]"; throws UsageError naming the line without a tab.

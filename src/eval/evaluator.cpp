@@ -235,9 +235,7 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
     if (align.empty()) align = s.align;
   }
   std::vector<std::string> srcs = read_lines(src), refs = read_lines(ref);
-  if (srcs.size() != refs.size())
-    throw UsageError("line counts differ: " + src + " has " + std::to_string(srcs.size()) + " lines, " + ref + " has " +
-                     std::to_string(refs.size()));
+  check_same_line_count(src, srcs.size(), ref, refs.size());
   std::vector<Alignment> aligns;
   if (!align.empty()) {
     std::vector<size_t> sl, tl;
@@ -247,10 +245,7 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
     }
     aligns = read_alignments(align, &sl, &tl);
   }
-  SearchOptions so;
-  so.beam_size = req.beam > 0 ? req.beam : run.cfg.eval.beam_size;
-  so.length_penalty = run.cfg.eval.length_penalty;
-  so.max_len_ratio = run.cfg.eval.max_len_ratio;
+  SearchOptions so = search_options(run.cfg.eval, req.beam);
   std::vector<std::string> hyps;
   EvalResult r = evaluate_sentences(run, srcs, refs, align.empty() ? nullptr : &aligns, so, &hyps);
   const std::string dir = run_dir + "/eval";

@@ -7,6 +7,14 @@
 
 namespace attnmt {
 
+SearchOptions search_options(const EvalConfig& eval, int beam) {
+  SearchOptions so;
+  so.beam_size = beam > 0 ? beam : eval.beam_size;
+  so.length_penalty = eval.length_penalty;
+  so.max_len_ratio = eval.max_len_ratio;
+  return so;
+}
+
 std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
                                       const torch::Device& device) {
   torch::NoGradGuard ng;

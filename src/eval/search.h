@@ -25,6 +25,9 @@ struct SearchOptions {
   bool stop_at_eos = true;     // greedy: false runs every row to the length limit (benchmarks)
 };
 
+// The search options a run's eval config gives (beam > 0 overrides eval.beam_size).
+SearchOptions search_options(const EvalConfig& eval, int beam = 0);
+
 // What a search computed: decoder steps run and rows advanced in them (summed over steps).
 struct SearchStats {
   int64_t steps = 0;
