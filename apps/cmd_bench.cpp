@@ -23,6 +23,7 @@
 #include "model/flops.h"
 #include "model/seq2seq.h"
 #include "train/distributed.h"
+#include "train/launcher.h"
 #include "train/trainer.h"
 
 namespace attnmt::cli {

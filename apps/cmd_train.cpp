@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "common/runtime.h"
 #include "train/distributed.h"
+#include "train/launcher.h"
 #include "train/trainer.h"
 
 namespace attnmt::cli {

@@ -73,17 +73,4 @@ class Distributed {
   CommStats stats_;
 };
 
-// `attnmt train --nproc N`: runs N copies of this process (same command line, from /proc/self/cmdline) on this machine as ranks
-// 0..N-1 of one job, on a free loopback port; forwards SIGINT/SIGTERM to them; when one fails, stops the
-// others. Returns the most telling exit code of the workers that ended on their own (bad input 2, then a
-// signal as 128+signal, then any other failure), else 0.
-int launch_local_workers(int nproc);
-
-// Whether this process should launch `--nproc` local workers rather than train itself: nproc > 1 and it is not
-// already one of them. Refuses (UsageError) when WORLD_SIZE says an outside launcher started it.
-bool wants_local_launch(int nproc, const DistSpec& spec);
-
-// Set in the workers started by launch_local_workers, so that they do not launch again.
-constexpr const char* kLocalWorkerEnv = "ATTNMT_LOCAL_WORKER";
-
 }  // namespace attnmt
