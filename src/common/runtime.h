@@ -38,7 +38,8 @@ std::string preferred_blas_kernel();
 //     process re-executes itself (same pid, arguments and descriptors); ATTNMT_BLAS_AUTO marks the choice as
 //     attnmt's own, and the re-executed process checks the kernel's products (check_blas_products) before
 //     using it, falling back to the next family (and finally to the generic kernel) if they are wrong.
-// Call first thing in main(); returns when the process keeps running as it is. Never throws.
+// Call in main() after argument parsing (so --help and bad flags cost no restart) and before the first matrix
+// product; returns when the process keeps running as it is. Never throws.
 // Tests set ATTNMT_TEST_BLAS_GENERIC=1 to take that path on a CPU whose kernel OpenBLAS does recognise, and
 // ATTNMT_TEST_BLAS_REJECT=K1[,K2] to make the check fail for those families (the fallback path).
 void choose_blas_kernel(char** argv);
