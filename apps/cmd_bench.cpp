@@ -196,8 +196,16 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               m.input_feeding = opt->input_feeding && (att.type == "luong" || att.type == "scaled_dot");
               Seq2Seq model(m, opt->vocab, opt->vocab);
               model->to(dev);
-              torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(1e-3));
-              if (dist) dist->attach_gradient_buckets(model->parameters());
+              // The training loop's own Trainer: the timed step is the one users run (Adam 1e-3, clipping at 1,
+              // no label smoothing, teacher forcing).
+              TrainConfig tc;
+              tc.lr = 1e-3;
+              tc.clip_norm = 1.0;
+              tc.label_smoothing = 0.0;
+              tc.teacher_forcing = 1.0;
+              TrainOptions topt;
+              topt.dist = dist.get();
+              Trainer trainer(model, tc, dev, topt);
               BenchRow r;
               r.name = name + (m.input_feeding ? "+feeding" : "");
               RoofSampler sampler(dev);
@@ -205,15 +213,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               // FLOPs from the padded batch shape, as configured (padding included, same for every type).
               FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
               r.train_flops_step = fc.train_step();
-              auto train_step = [&]() {  // the training loop's own update (train/trainer.h)
-                if (dist)
-                  dist->zero_gradients();
-                else
-                  optim.zero_grad();
-                accumulate_gradients(model, dbatch, batch.tgt_tokens, 0.0, 1.0);
-                if (dist) dist->allreduce_gradients();
-                apply_update(model, optim, 1.0);
-              };
+              auto train_step = [&]() { trainer.step(&dbatch, batch.tgt_tokens); };
               for (int i = 0; i < 3; ++i) train_step();  // warm-up
               const CommStats before = dist ? dist->stats() : CommStats{};
               double dt = 0;

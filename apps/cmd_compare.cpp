@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "common/errors.h"
 #include "eval/report.h"
+#include "eval/run_dir.h"
 
 namespace attnmt::cli {
 
@@ -23,7 +24,7 @@ Command setup_compare(CLI::App& parent, const GlobalOptions& g) {
   return {app, [opt, &g]() -> int {
             // Check every run first: summarizing evaluates runs that lack an evaluation and writes it there.
             for (const auto& d : opt->runs)
-              if (!std::filesystem::is_regular_file(d + "/config.json"))
+              if (!std::filesystem::is_regular_file(RunDir(d).config()))
                 throw UsageError(d + ": not a run directory (no config.json)");
             std::vector<RunSummary> runs;
             for (const auto& d : opt->runs) runs.push_back(summarize_run(d, opt->split, g.device));

@@ -32,6 +32,8 @@ char* openblas_get_corename(void) __attribute__((weak));
 
 namespace attnmt {
 
+const char* env_var(const char* name) { return std::getenv(name); }
+
 void setup_logging(const std::string& level) {
   static bool created = false;
   if (!created) {

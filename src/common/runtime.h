@@ -6,6 +6,10 @@
 
 namespace attnmt {
 
+// The process environment, read in one place: the value of variable `name`, or null when it is unset.
+// (Distributed launch reads the torchrun variables through it; test hooks are read only by the CLI.)
+const char* env_var(const char* name);
+
 // Sets the default spdlog logger (stderr) and its level: trace|debug|info|warn|error|off.
 void setup_logging(const std::string& level);
 

@@ -14,6 +14,7 @@
 #include "eval/alignment.h"
 #include "eval/bleu.h"
 #include "eval/chrf.h"
+#include "eval/run_dir.h"
 #include "model/checkpoint.h"
 #include "model/loss.h"
 
@@ -24,20 +25,21 @@ namespace fs = std::filesystem;
 LoadedRun load_run(const std::string& run_dir, const std::string& which, const std::string& device_spec) {
   if (!fs::is_directory(run_dir)) throw UsageError(run_dir + ": run directory not found");
   if (which != "best" && which != "last") throw UsageError("--checkpoint: unknown value '" + which + "'. Valid options: best, last");
-  for (const char* f : {"config.json", "src.vocab", "tgt.vocab"})
-    if (!fs::is_regular_file(run_dir + "/" + f)) throw UsageError(run_dir + ": missing " + f + " (not a training run?)");
+  const RunDir dir(run_dir);
+  for (const auto& f : dir.required_files())
+    if (!fs::is_regular_file(f)) throw UsageError(run_dir + ": missing " + fs::path(f).filename().string() + " (not a training run?)");
   LoadedRun r;
   try {
-    r.cfg = config_from_json(read_json_file(run_dir + "/config.json"));
+    r.cfg = config_from_json(read_json_file(dir.config()));
   } catch (const UsageError& e) {
-    throw UsageError(run_dir + "/config.json: " + e.what());
+    throw UsageError(dir.config() + ": " + e.what());
   }
-  r.src_vocab = Vocab::load(run_dir + "/src.vocab");
-  r.tgt_vocab = Vocab::load(run_dir + "/tgt.vocab");
+  r.src_vocab = Vocab::load(dir.src_vocab());
+  r.tgt_vocab = Vocab::load(dir.tgt_vocab());
   r.kind = tokenizer_from_string(r.cfg.data.tokenizer);
   r.device = resolve_device(device_spec.empty() ? r.cfg.device : device_spec);
   r.model = Seq2Seq(r.cfg.model, r.src_vocab.size(), r.tgt_vocab.size());
-  r.checkpoint = run_dir + "/" + which + ".pt";
+  r.checkpoint = dir.checkpoint(which);
   load_checkpoint(r.checkpoint, r.model, nullptr);
   r.model->to(r.device);
   r.model->eval();
@@ -80,17 +82,6 @@ std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::
     }
   }
   return out;
-}
-
-std::vector<BucketScore> make_buckets(const std::vector<int>& edges) {
-  std::vector<BucketScore> b;
-  int lo = 1;
-  for (int e : edges) {
-    b.push_back({lo, e, 0, 0.0});
-    lo = e + 1;
-  }
-  b.push_back({lo, -1, 0, 0.0});
-  return b;
 }
 
 std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, const std::vector<std::vector<std::string>>& src,
@@ -208,20 +199,6 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
   return r;
 }
 
-nlohmann::json EvalResult::to_json() const {
-  nlohmann::json j = {{"bleu", bleu},       {"chrf", chrf},           {"signature", signature},
-                      {"chrf_signature", chrf_signature},           {"beam_size", beam_size},
-                      {"sentences", sentences}, {"decode_s", decode_s}, {"sentences_per_s", sentences_per_s}};
-  j["by_length"] = nlohmann::json::array();
-  for (const auto& b : by_length)
-    j["by_length"].push_back({{"min", b.min}, {"max", b.max < 0 ? nlohmann::json(nullptr) : nlohmann::json(b.max)},
-                              {"count", b.count}, {"bleu", b.bleu}});
-  if (ppl) j["ppl"] = *ppl;
-  if (aer) j["aer"] = *aer;
-  if (attention_entropy) j["attention_entropy"] = *attention_entropy;
-  return j;
-}
-
 EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRequest& req) {
   std::string src = req.src, ref = req.ref, align = req.align;
   const std::string name = req.src.empty() ? req.split : "custom";
@@ -248,13 +225,9 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
   SearchOptions so = search_options(run.cfg.eval, req.beam);
   std::vector<std::string> hyps;
   EvalResult r = evaluate_sentences(run, srcs, refs, align.empty() ? nullptr : &aligns, so, &hyps);
-  const std::string dir = run_dir + "/eval";
-  make_dirs(dir);
-  std::string text;
-  for (const auto& h : hyps) text += h + "\n";
-  write_file_atomic(dir + "/" + name + ".hyp", text);
-  write_file_atomic(dir + "/" + name + ".json", r.to_json().dump(2) + "\n");
-  spdlog::info("wrote {}/{}.hyp and {}/{}.json", dir, name, dir, name);
+  const RunDir dir(run_dir);
+  dir.write_eval(name, r, hyps);
+  spdlog::info("wrote {} and {}", dir.eval_hyp(name), dir.eval_json(name));
   return r;
 }
 

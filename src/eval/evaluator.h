@@ -1,7 +1,6 @@
 // Loading a trained run, translating sentences, and evaluating a test set: BLEU, chrF, BLEU by
 // source length, decoding speed, and (with gold alignments) AER and attention entropy.
 #pragma once
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +11,7 @@
 #include "data/corpus.h"
 #include "data/text.h"
 #include "data/vocab.h"
+#include "eval/result.h"
 #include "eval/search.h"
 #include "model/seq2seq.h"
 
@@ -42,27 +42,6 @@ struct Translation {
 // Decodes in length-sorted batches of batch_size; beam_size 1 uses greedy search.
 std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
                                          const SearchOptions& opt, int batch_size);
-
-struct BucketScore {
-  int min = 0, max = 0;  // source length range in tokens (max = -1: no upper bound)
-  int64_t count = 0;
-  double bleu = 0;
-};
-
-struct EvalResult {
-  double bleu = 0, chrf = 0;
-  std::string signature, chrf_signature, bleu_line;
-  int beam_size = 1;
-  int64_t sentences = 0;
-  double decode_s = 0, sentences_per_s = 0;
-  std::vector<BucketScore> by_length;
-  std::optional<double> aer, attention_entropy;  // with gold alignments and an attention model
-  std::optional<double> ppl;                     // teacher-forced perplexity on the references
-  nlohmann::json to_json() const;
-};
-
-// Source-length buckets from the upper edges: [1, e0], [e0+1, e1], ..., [e_last+1, inf).
-std::vector<BucketScore> make_buckets(const std::vector<int>& edges);
 
 // Translates srcs, scores against refs; with aligns (one per sentence), also AER/entropy by forcing
 // the reference through the model.

@@ -10,6 +10,7 @@
 
 #include "common/errors.h"
 #include "common/fs.h"
+#include "eval/run_dir.h"
 #include "viz/attention_maps.h"
 #include "viz/charts.h"
 
@@ -52,53 +53,28 @@ std::pair<const BucketScore*, const BucketScore*> ends(const RunSummary& r) {
 }
 }  // namespace
 
-EvalResult eval_result_from_json(const nlohmann::json& j) {
-  EvalResult r;
-  r.bleu = j.at("bleu").get<double>();
-  r.chrf = j.value("chrf", 0.0);
-  r.signature = j.value("signature", "");
-  r.beam_size = j.value("beam_size", 1);
-  r.sentences = j.value("sentences", int64_t{0});
-  r.decode_s = j.value("decode_s", 0.0);
-  r.sentences_per_s = j.value("sentences_per_s", 0.0);
-  for (const auto& b : j.at("by_length"))
-    r.by_length.push_back({b.at("min").get<int>(), b.at("max").is_null() ? -1 : b.at("max").get<int>(),
-                           b.at("count").get<int64_t>(), b.at("bleu").get<double>()});
-  if (j.contains("aer")) r.aer = j["aer"].get<double>();
-  if (j.contains("attention_entropy")) r.attention_entropy = j["attention_entropy"].get<double>();
-  if (j.contains("ppl")) r.ppl = j["ppl"].get<double>();
-  return r;
-}
-
 RunSummary summarize_run(const std::string& dir, const std::string& split, const std::string& device) {
   RunSummary s;
   s.dir = dir;
   s.name = fs::path(dir).filename().string();
   if (s.name.empty()) s.name = fs::path(dir).parent_path().filename().string();
-  const std::string eval_json = dir + "/eval/" + split + ".json";
+  const RunDir rd(dir);
   LoadedRun run = load_run(dir, "best", device);
   s.attention = describe_attention(run.cfg.model);
   s.parameters = run.model->parameter_count();
-  if (!fs::is_regular_file(eval_json)) {
+  if (!fs::is_regular_file(rd.eval_json(split))) {
     spdlog::info("{}: no {} evaluation yet; running it (beam {})", dir, split, run.cfg.eval.beam_size);
     EvalRequest req;
     req.split = split;
     evaluate_run(run, dir, req);
   }
-  try {
-    s.eval = eval_result_from_json(read_json_file(eval_json));
-  } catch (const nlohmann::json::exception& e) {
-    throw UsageError(eval_json + ": not an evaluation result: " + e.what());
+  s.eval = rd.read_eval(split);
+  for (const auto& m : rd.read_metrics()) {
+    s.train_s = m.elapsed_s;
+    s.epochs = m.epoch;
+    s.steps = m.step;
   }
-  std::ifstream in(dir + "/metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded()) continue;
-    s.train_s = j.value("elapsed_s", s.train_s);
-    s.epochs = j.value("epoch", s.epochs);
-    s.steps = j.value("step", s.steps);
-  }
-  if (fs::is_regular_file(dir + "/maps/index.html")) s.maps = dir + "/maps/index.html";
+  if (fs::is_regular_file(rd.maps_index())) s.maps = rd.maps_index();
   return s;
 }
 

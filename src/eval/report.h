@@ -21,8 +21,6 @@ struct RunSummary {
   std::string maps;           // run_dir/maps/index.html when present
 };
 
-EvalResult eval_result_from_json(const nlohmann::json& j);
-
 // Reads a run; evaluates the split first (beam from the config) when its eval JSON is missing.
 RunSummary summarize_run(const std::string& dir, const std::string& split, const std::string& device);
 

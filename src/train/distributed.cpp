@@ -17,6 +17,7 @@
 #endif
 
 #include "common/errors.h"
+#include "common/runtime.h"
 
 namespace attnmt {
 
@@ -24,7 +25,7 @@ namespace {
 
 // An integer environment variable, or fallback when unset; anything but a whole number is bad input.
 int env_int(const char* name, int fallback, int min_value, int max_value) {
-  const char* v = std::getenv(name);
+  const char* v = env_var(name);
   if (!v) return fallback;
   char* end = nullptr;
   errno = 0;
@@ -48,12 +49,12 @@ DistSpec dist_spec_from_env() {
   s.rank = env_int("RANK", 0, 0, s.world - 1);
   s.local_world = env_int("LOCAL_WORLD_SIZE", s.world, 1, s.world);
   s.local_rank = env_int("LOCAL_RANK", s.rank % s.local_world, 0, s.local_world - 1);
-  if (const char* a = std::getenv("MASTER_ADDR")) {
+  if (const char* a = env_var("MASTER_ADDR")) {
     if (*a == '\0') throw UsageError("MASTER_ADDR: empty");
     s.master_addr = a;
   }
   s.master_port = env_int("MASTER_PORT", s.master_port, 1, 65535);
-  if (s.world > 1 && !std::getenv("RANK")) throw UsageError("WORLD_SIZE is " + std::to_string(s.world) + " but RANK is not set");
+  if (s.world > 1 && !env_var("RANK")) throw UsageError("WORLD_SIZE is " + std::to_string(s.world) + " but RANK is not set");
   return s;
 }
 

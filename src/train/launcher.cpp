@@ -19,6 +19,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
+#include "common/runtime.h"
 
 extern char** environ;
 
@@ -60,7 +61,7 @@ std::vector<std::string> own_command_line() {
 }  // namespace
 
 bool wants_local_launch(int nproc, const DistSpec& spec) {
-  if (nproc <= 1 || std::getenv(kLocalWorkerEnv) != nullptr) return false;
+  if (nproc <= 1 || env_var(kLocalWorkerEnv) != nullptr) return false;
   if (spec.world > 1) throw UsageError("--nproc: WORLD_SIZE is already set (launched by torchrun or a scheduler); use one or the other");
   return true;
 }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -18,7 +19,9 @@
 #include "common/errors.h"
 #include "common/fs.h"
 #include "data/text.h"
+#include "common/random.h"
 #include "eval/bleu.h"
+#include "eval/run_dir.h"
 #include "eval/search.h"
 #include "train/distributed.h"
 #include "viz/charts.h"
@@ -78,16 +81,6 @@ RunData prepare_data(const Config& cfg, bool load_vocab) {
   return d;
 }
 
-void append_line(const std::string& path, const std::string& line) {
-  // One write() of a whole line: a kill leaves either the full line or none of it (O_APPEND).
-  std::string l = line + "\n";
-  FILE* f = std::fopen(path.c_str(), "a");
-  if (!f) throw Error(path + ": cannot open for appending");
-  size_t w = std::fwrite(l.data(), 1, l.size(), f);
-  int rc = std::fclose(f);
-  if (w != l.size() || rc != 0) throw Error(path + ": write failed (disk full?)");
-}
-
 constexpr const char* kLogPattern = "[%Y-%m-%d %H:%M:%S] [%l] %v";
 
 // A process killed while writing leaves "NAME.tmp.PID" behind; such a file is never read, only removed.
@@ -103,65 +96,40 @@ void remove_stale_temporaries(const std::string& dir) {
   }
 }
 
-// On resume, validations logged after the checkpoint being resumed (a kill between the metrics line and the
-// checkpoint) are dropped, so that the resumed run's lines follow on without repeats.
-void drop_metrics_after(const std::string& path, int64_t step) {
-  if (!fs::is_regular_file(path)) return;
-  std::ifstream in(path, std::ios::binary);
-  std::string line, kept;
-  int dropped = 0;
-  while (std::getline(in, line)) {
-    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.contains("step") && j["step"].is_number_integer() && j["step"].get<int64_t>() <= step)
-      kept += line + "\n";
-    else
-      ++dropped;
-  }
-  if (dropped == 0) return;
-  write_file_atomic(path, kept);
-  spdlog::info("{}: dropped {} line(s) logged after step {}, the step being resumed", path, dropped, step);
-}
-
 // Redraws run_dir/curves.svg from metrics.jsonl: loss, perplexity and BLEU against steps.
-void write_curves(const std::string& dir) {
-  std::ifstream in(dir + "/metrics.jsonl");
+void write_curves(const RunDir& dir) {
   Series train_loss{"train loss", {}, {}}, valid_loss{"valid loss", {}, {}}, ppl{"valid perplexity", {}, {}},
       bleu{"valid BLEU", {}, {}};
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (j.is_discarded() || !j.contains("step")) continue;
-    double step = j["step"].get<double>();
-    train_loss.x.push_back(step);
-    train_loss.y.push_back(j.value("train_loss", 0.0));
-    valid_loss.x.push_back(step);
-    valid_loss.y.push_back(j.value("valid_loss", 0.0));
-    ppl.x.push_back(step);
-    ppl.y.push_back(j.value("valid_ppl", 0.0));
-    bleu.x.push_back(step);
-    bleu.y.push_back(j.value("valid_bleu", 0.0));
+  for (const auto& m : dir.read_metrics()) {
+    const double step = static_cast<double>(m.step);
+    for (Series* s : {&train_loss, &valid_loss, &ppl, &bleu}) s->x.push_back(step);
+    train_loss.y.push_back(m.train_loss);
+    valid_loss.y.push_back(m.valid_loss);
+    ppl.y.push_back(m.valid_ppl);
+    bleu.y.push_back(m.valid_bleu);
   }
   std::vector<ChartSpec> charts = {{"Loss per target token", "step", "cross-entropy (nats)", {train_loss, valid_loss}, {}},
                                    {"Validation perplexity", "step", "perplexity", {ppl}, {}},
                                    {"Validation BLEU (greedy)", "step", "BLEU", {bleu}, {}}};
-  write_file_atomic(dir + "/curves.svg", chart_row_svg(charts));
+  write_file_atomic(dir.curves(), chart_row_svg(charts));
 }
+
+// Detaches a sink when it goes out of scope (not copyable: a copy's destructor would detach it early).
+struct RemoveSink {
+  std::shared_ptr<spdlog::logger> logger;
+  std::shared_ptr<spdlog::sinks::sink> sink;
+  RemoveSink(std::shared_ptr<spdlog::logger> l, std::shared_ptr<spdlog::sinks::sink> s) : logger(std::move(l)), sink(std::move(s)) {}
+  RemoveSink(const RemoveSink&) = delete;
+  RemoveSink& operator=(const RemoveSink&) = delete;
+  ~RemoveSink() {
+    auto& s = logger->sinks();
+    s.erase(std::remove(s.begin(), s.end(), sink), s.end());
+  }
+};
 
 }  // namespace
 
 void request_stop(int signal_number) { g_stop_signal.store(signal_number); }
-
-double accumulate_gradients(Seq2Seq& model, const Batch& b, int64_t batch_tokens, double label_smoothing,
-                            double teacher_forcing) {
-  TORCH_CHECK(batch_tokens > 0, "accumulate_gradients: batch_tokens must be positive, got ", batch_tokens);
-  torch::Tensor loss_sum = batch_loss(model, b, label_smoothing, teacher_forcing).sum;
-  (loss_sum / static_cast<double>(batch_tokens)).backward();
-  return loss_sum.item<double>();
-}
-
-void apply_update(Seq2Seq& model, torch::optim::Optimizer& optim, double clip_norm) {
-  if (clip_norm > 0) torch::nn::utils::clip_grad_norm_(model->parameters(), clip_norm);
-  optim.step();
-}
 
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world) {
   TORCH_CHECK(world >= 1 && rank >= 0 && rank < world, "shard_rows: rank ", rank, " of ", world);
@@ -197,25 +165,159 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   return r;
 }
 
+
+Trainer::Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, const TrainOptions& opt,
+                 const std::string& resume_from)
+    : model_(std::move(model)),
+      cfg_(cfg),
+      device_(device),
+      opt_(opt),
+      optim_(model_->parameters(), torch::optim::AdamOptions(cfg.lr)) {  // the model is on its device already
+  Distributed* dist = opt_.dist;
+  const int rank = dist ? dist->rank() : 0;
+  st_.lr = cfg_.lr;
+  if (dist && resume_from.empty()) torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg_.seed), 1000 + rank));  // own dropout
+  if (!resume_from.empty()) {
+    bool own_rng = true;
+    st_ = load_checkpoint(resume_from, model_, &optim_, rank, &own_rng);
+    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", resume_from, st_.step, st_.epoch + 1, st_.batch_in_epoch);
+    if (!own_rng) {
+      torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg_.seed) + static_cast<uint64_t>(st_.step), 1000 + rank));
+      spdlog::warn("{}: no random state saved for rank {} (run with fewer ranks before); dropout masks start afresh",
+                   resume_from, rank);
+    }
+    st_.finished = false;  // a resumed run continues as long as its (possibly raised) limits allow: should_stop()
+  }
+  if (dist) {
+    // Every rank starts from rank 0's weights (same seed makes them equal already; resuming ranks read the same file).
+    std::vector<torch::Tensor> state;
+    for (auto& p : model_->parameters()) state.push_back(p.data());
+    for (auto& b : model_->buffers()) state.push_back(b.data());
+    dist->broadcast_(state);
+    dist->attach_gradient_buckets(model_->parameters());
+  }
+  set_lr(st_.lr);
+  base_elapsed_ = st_.elapsed_s;
+  t0_ = now_s();
+  model_->train();
+}
+
+bool Trainer::main_rank() const { return !opt_.dist || opt_.dist->is_main(); }
+
+double Trainer::elapsed_s() const { return base_elapsed_ + (now_s() - t0_); }
+
+void Trainer::set_lr(double lr) {
+  for (auto& g : optim_.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
+}
+
+StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_signal) {
+  TORCH_CHECK(batch_tokens > 0, "Trainer::step: batch_tokens must be positive, got ", batch_tokens);
+  Distributed* dist = opt_.dist;
+  if (dist)
+    dist->zero_gradients();
+  else
+    optim_.zero_grad();
+  StepResult r;
+  double lv = 0;
+  if (slice) {
+    torch::Tensor loss_sum = batch_loss(model_, slice->to(device_), cfg_.label_smoothing, cfg_.teacher_forcing).sum;
+    (loss_sum / static_cast<double>(batch_tokens)).backward();
+    lv = loss_sum.item<double>();
+  }
+  if (opt_.test_nan_at_step > 0 && st_.step + 1 == opt_.test_nan_at_step) lv = std::nan("");  // fault injection for tests
+  bool time_up = cfg_.max_minutes > 0 && elapsed_s() / 60.0 >= cfg_.max_minutes;
+  int sig = local_signal;
+  if (dist) {
+    dist->allreduce_gradients();
+    // One small sum carries what every rank must agree on: the batch loss, stop requests, rank 0's clock.
+    torch::Tensor c = torch::tensor({lv, sig == SIGINT ? 1.0 : 0.0, sig != 0 && sig != SIGINT ? 1.0 : 0.0,
+                                     main_rank() && time_up ? 1.0 : 0.0}, torch::kDouble);
+    dist->allreduce_sum_(c);
+    lv = c[0].item<double>();
+    sig = c[2].item<double>() > 0 ? SIGTERM : c[1].item<double>() > 0 ? SIGINT : 0;
+    time_up = c[3].item<double>() > 0;
+  }
+  if (!std::isfinite(lv))
+    throw NonFiniteLoss("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " + std::to_string(st_.step + 1));
+  if (cfg_.clip_norm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_norm);
+  optim_.step();
+  ++st_.step;
+  time_up_ = time_up;
+  r.loss_sum = lv;
+  r.signal = sig;
+  r.time_up = time_up;
+  return r;
+}
+
+ValidationResult Trainer::validate(const RunData& data, const Config& cfg) {
+  ValidationResult v;
+  Distributed* dist = opt_.dist;
+  if (main_rank()) v = attnmt::validate(model_, data, cfg, device_);
+  if (dist) {  // the others take rank 0's figures, so that LR schedule and early stopping agree
+    torch::Tensor t = torch::tensor({v.loss, v.ppl, v.bleu}, torch::kDouble);
+    dist->broadcast_({t});
+    v = {t[0].item<double>(), t[1].item<double>(), t[2].item<double>()};
+  }
+  const bool higher_better = cfg_.early_stopping.metric == "bleu";
+  const double metric = higher_better ? v.bleu : v.ppl;
+  v.improved = !st_.has_best || (higher_better ? metric > st_.best_metric : metric < st_.best_metric);
+  if (v.improved) {
+    st_.best_metric = metric;
+    st_.has_best = true;
+    st_.bad_validations = 0;
+    st_.plateau_bad = 0;
+  } else {
+    ++st_.bad_validations;
+    ++st_.plateau_bad;
+    if (cfg_.lr_schedule.type == "plateau" && st_.plateau_bad > cfg_.lr_schedule.patience) {
+      st_.lr = std::max(cfg_.lr_schedule.min_lr, st_.lr * cfg_.lr_schedule.factor);
+      set_lr(st_.lr);
+      st_.plateau_bad = 0;
+      spdlog::info("learning rate reduced to {:.3g}", st_.lr);
+    }
+  }
+  return v;
+}
+
+void Trainer::save(const std::vector<std::string>& paths) {
+  st_.elapsed_s = elapsed_s();
+  // The random state of every rank (collective: all ranks call save at the same points).
+  std::vector<torch::Tensor> rngs;
+  if (opt_.dist) rngs = opt_.dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
+  if (!main_rank()) return;
+  for (const auto& p : paths) save_checkpoint(p, model_, &optim_, st_, {rngs, opt_.test_checkpoint_pause_ms});
+}
+
+bool Trainer::should_stop() const {
+  return st_.epoch >= cfg_.epochs || (cfg_.max_steps > 0 && st_.step >= cfg_.max_steps) || time_up_ ||
+         (cfg_.early_stopping.patience > 0 && st_.bad_validations >= cfg_.early_stopping.patience);
+}
+
+namespace {
+
+// The run directory before training: refuses to resume nothing or to replace a run without --overwrite.
+void check_run_dir(const RunDir& dir, const nlohmann::json& resolved, const TrainOptions& opt, bool main_rank) {
+  if (opt.resume) {
+    if (!fs::is_regular_file(dir.last())) throw UsageError(dir.path() + ": nothing to resume (no last.pt)");
+    if (fs::is_regular_file(dir.config())) {
+      nlohmann::json old = config_to_json(config_from_json(read_json_file(dir.config())));
+      if (old["model"] != resolved["model"] || old["data"] != resolved["data"])
+        throw UsageError(dir.path() + ": the config's model or data section differs from the run being resumed");
+    }
+  } else if (main_rank && (fs::exists(dir.config()) || fs::exists(dir.last()))) {
+    if (!opt.overwrite)
+      throw UsageError(dir.path() + ": already holds a run; use --resume to continue it or --overwrite to replace it");
+  }
+}
+
+}  // namespace
+
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device) {
-  const std::string dir = cfg.run_dir;
-  const std::string last = dir + "/last.pt", best = dir + "/best.pt", cfg_path = dir + "/config.json";
-  nlohmann::json resolved = config_to_json(cfg);
+  const RunDir dir(cfg.run_dir);
+  const nlohmann::json resolved = config_to_json(cfg);
   Distributed* dist = opt.dist;
   const bool main_rank = !dist || dist->is_main();  // the rank that validates, logs and writes run_dir
-  const int rank = dist ? dist->rank() : 0, world = dist ? dist->world() : 1;
-  if (opt.resume) {
-    if (!fs::is_regular_file(last)) throw UsageError(dir + ": nothing to resume (no last.pt)");
-    if (fs::is_regular_file(cfg_path)) {
-      Config old = config_from_json(read_json_file(cfg_path));
-      nlohmann::json a = config_to_json(old), b = resolved;
-      if (a["model"] != b["model"] || a["data"] != b["data"])
-        throw UsageError(dir + ": the config's model or data section differs from the run being resumed");
-    }
-  } else if (main_rank && (fs::exists(cfg_path) || fs::exists(last))) {
-    if (!opt.overwrite)
-      throw UsageError(dir + ": already holds a run; use --resume to continue it or --overwrite to replace it");
-  }
+  check_run_dir(dir, resolved, opt, main_rank);
   // Read everything (corpus, vocabularies, checkpoint) before touching the run directory: bad input
   // then fails with nothing written, and --overwrite does not destroy a run before the new one can start.
   // Log lines until then are kept and copied into train.log once it exists.
@@ -223,84 +325,47 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   early->set_pattern(kLogPattern);
   auto logger = spdlog::default_logger();
   logger->sinks().push_back(early);
-  // Detaches a sink when it goes out of scope (not copyable: a copy's destructor would detach it early).
-  struct RemoveSink {
-    std::shared_ptr<spdlog::logger> logger;
-    std::shared_ptr<spdlog::sinks::sink> sink;
-    RemoveSink(std::shared_ptr<spdlog::logger> l, std::shared_ptr<spdlog::sinks::sink> s) : logger(std::move(l)), sink(std::move(s)) {}
-    RemoveSink(const RemoveSink&) = delete;
-    RemoveSink& operator=(const RemoveSink&) = delete;
-    ~RemoveSink() {
-      auto& s = logger->sinks();
-      s.erase(std::remove(s.begin(), s.end(), sink), s.end());
-    }
-  };
   auto remove_early = std::make_unique<RemoveSink>(logger, early);
 
   RunData data = prepare_data(cfg, opt.resume);
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
   model->to(device);
-  torch::optim::Adam optim(model->parameters(), torch::optim::AdamOptions(cfg.train.lr));  // after moving the model
   spdlog::info("model: {} attention, {} parameters, device {}", cfg.model.attention.type, model->parameter_count(),
                device.str());
-  TrainerState st;
-  st.lr = cfg.train.lr;
-  if (dist && !opt.resume) torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg.train.seed), 1000 + rank));  // own dropout
-  if (opt.resume) {
-    bool own_rng = true;
-    st = load_checkpoint(last, model, &optim, rank, &own_rng);
-    spdlog::info("resumed from {} at step {} (epoch {}, batch {})", last, st.step, st.epoch + 1, st.batch_in_epoch);
-    if (!own_rng) {
-      torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg.train.seed) + static_cast<uint64_t>(st.step), 1000 + rank));
-      spdlog::warn("{}: no random state saved for rank {} (run with fewer ranks before); dropout masks start afresh", last, rank);
-    }
-  }
-  if (dist) {
-    // Every rank starts from rank 0's weights (same seed makes them equal already; resuming ranks read the same file).
-    std::vector<torch::Tensor> state;
-    for (auto& p : model->parameters()) state.push_back(p.data());
-    for (auto& b : model->buffers()) state.push_back(b.data());
-    dist->broadcast_(state);
-    dist->attach_gradient_buckets(model->parameters());
-    spdlog::info("data-parallel: rank {} of {} ({}), {} gradient bucket(s) of {:.1f} MB in all", rank, world,
+  Trainer trainer(model, cfg.train, device, opt, opt.resume ? dir.last() : "");
+  TrainerState& st = trainer.state();
+  if (dist)
+    spdlog::info("data-parallel: rank {} of {} ({}), {} gradient bucket(s) of {:.1f} MB in all", dist->rank(), dist->world(),
                  dist->backend(), dist->stats().buckets, dist->stats().gradient_bytes / 1e6);
-  }
-  // The random state of every rank, for checkpoints (collective: all ranks call it at the same points).
-  auto rank_rng_states = [&]() -> std::vector<torch::Tensor> {
-    if (!dist) return {};
-    return dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
-  };
-
-  auto write_checkpoint = [&](const std::string& path, const std::vector<torch::Tensor>& rngs) {
-    save_checkpoint(path, model, &optim, st, {rngs, opt.test_checkpoint_pause_ms});
-  };
 
   std::optional<RemoveSink> remove_sink;
   if (main_rank) {
-    make_dirs(dir);
-    if (::access(dir.c_str(), W_OK) != 0) throw UsageError(dir + ": run directory is not writable");
+    make_dirs(dir.path());
+    if (::access(dir.path().c_str(), W_OK) != 0) throw UsageError(dir.path() + ": run directory is not writable");
     if (!opt.resume && opt.overwrite) {
-      for (const char* f : {"last.pt", "best.pt", "metrics.jsonl", "config.json", "src.vocab", "tgt.vocab", "train.log", "curves.svg"}) {
+      for (const auto& f : dir.training_files()) {
         std::error_code ec;
-        fs::remove(dir + "/" + f, ec);
+        fs::remove(f, ec);
       }
     }
-    remove_stale_temporaries(dir);
-    if (opt.resume) drop_metrics_after(dir + "/metrics.jsonl", st.step);
-    write_file_atomic(cfg_path, resolved.dump(2) + "\n");
-    if (!opt.resume) {
-      data.src_vocab.save(dir + "/src.vocab");
-      data.tgt_vocab.save(dir + "/tgt.vocab");
+    remove_stale_temporaries(dir.path());
+    if (opt.resume) {
+      if (int dropped = dir.drop_metrics_after(st.step))
+        spdlog::info("{}: dropped {} line(s) logged after step {}, the step being resumed", dir.metrics(), dropped, st.step);
     }
-
+    write_file_atomic(dir.config(), resolved.dump(2) + "\n");
+    if (!opt.resume) {
+      data.src_vocab.save(dir.src_vocab());
+      data.tgt_vocab.save(dir.tgt_vocab());
+    }
     // Everything logged from here on also goes to run_dir/train.log (appended on resume).
     {
       std::string early_lines;
       for (const auto& l : early->last_formatted()) early_lines += l;
-      std::ofstream(dir + "/train.log", std::ios::app | std::ios::binary) << early_lines;
+      std::ofstream(dir.train_log(), std::ios::app | std::ios::binary) << early_lines;
     }
-    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir + "/train.log", false);
+    auto file_sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(dir.train_log(), false);
     file_sink->set_pattern(kLogPattern);
     logger->sinks().push_back(file_sink);
     remove_sink.emplace(logger, file_sink);
@@ -309,10 +374,6 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
 
   spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
                padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
-  auto set_lr = [&](double lr) {
-    for (auto& g : optim.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
-  };
-  set_lr(st.lr);
 
   g_stop_signal.store(0);
   auto old_int = std::signal(SIGINT, on_signal);
@@ -326,10 +387,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   } restore{old_int, old_term};
 
   TrainResult result;
-  const bool higher_better = cfg.train.early_stopping.metric == "bleu";
-  const double t0 = now_s();
-  double window_loss = 0, window_tokens = 0, window_t = now_s();
-  int64_t window_tgt_tokens = 0;
+  double window_loss = 0, window_t = now_s();
+  int64_t window_tokens = 0;
   const bool tty = main_rank && ::isatty(STDERR_FILENO) != 0;
   auto comm_note = [&]() -> std::string {
     if (!dist || dist->stats().gradient_allreduces == 0) return "";
@@ -338,145 +397,91 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   };
   double last_progress = 0;
 
-  const double base_elapsed = st.elapsed_s;
-  auto update_elapsed = [&]() { st.elapsed_s = base_elapsed + (now_s() - t0); };
-  auto do_validation = [&](int64_t reported_epoch) {
-    ValidationResult v;
-    if (main_rank) v = validate(model, data, cfg, device);
-    if (dist) {  // the others take rank 0's figures, so that LR schedule and early stopping agree
-      torch::Tensor t = torch::tensor({v.loss, v.ppl, v.bleu}, torch::kDouble);
-      dist->broadcast_({t});
-      v = {t[0].item<double>(), t[1].item<double>(), t[2].item<double>()};
-    }
-    update_elapsed();
-    double elapsed = st.elapsed_s;
-    double train_loss = window_tokens > 0 ? window_loss / window_tokens : 0.0;
-    double tps = window_tgt_tokens / std::max(1e-9, now_s() - window_t);
-    double metric = higher_better ? v.bleu : v.ppl;
-    bool improved = !st.has_best || (higher_better ? metric > st.best_metric : metric < st.best_metric);
-    if (improved) {
-      st.best_metric = metric;
-      st.has_best = true;
-      st.bad_validations = 0;
-      st.plateau_bad = 0;
-    } else {
-      ++st.bad_validations;
-      ++st.plateau_bad;
-      if (cfg.train.lr_schedule.type == "plateau" && st.plateau_bad > cfg.train.lr_schedule.patience) {
-        st.lr = std::max(cfg.train.lr_schedule.min_lr, st.lr * cfg.train.lr_schedule.factor);
-        set_lr(st.lr);
-        st.plateau_bad = 0;
-        spdlog::info("learning rate reduced to {:.3g}", st.lr);
-      }
-    }
-    nlohmann::json m = {{"step", st.step},        {"epoch", reported_epoch + 1},     {"train_loss", train_loss},
-                        {"valid_loss", v.loss},   {"valid_ppl", v.ppl},        {"valid_bleu", v.bleu},
-                        {"lr", st.lr},            {"tokens_per_s", tps},       {"elapsed_s", elapsed}};
-    if (dist) m["world_size"] = world;
+  // Validation at the current step: figures, metrics.jsonl, curves, best.pt and last.pt, early stopping.
+  auto validation = [&](int64_t reported_epoch) {
+    ValidationResult v = trainer.validate(data, cfg);
+    MetricsRecord m;
+    m.step = st.step;
+    m.epoch = reported_epoch + 1;
+    m.train_loss = window_tokens > 0 ? window_loss / static_cast<double>(window_tokens) : 0.0;
+    m.valid_loss = v.loss;
+    m.valid_ppl = v.ppl;
+    m.valid_bleu = v.bleu;
+    m.lr = st.lr;
+    m.tokens_per_s = static_cast<double>(window_tokens) / std::max(1e-9, now_s() - window_t);
+    m.elapsed_s = trainer.elapsed_s();
+    m.world_size = dist ? dist->world() : 1;
     result.validations.push_back(v);
-    auto rngs = rank_rng_states();
     if (main_rank) {
-      append_line(dir + "/metrics.jsonl", m.dump());
+      dir.append_metrics(m);
       write_curves(dir);
       if (tty) std::fprintf(stderr, "\r\033[K");
       spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
-                   st.step, reported_epoch + 1, train_loss, v.loss, v.ppl, v.bleu, improved ? " (best)" : "");
-      if (improved) write_checkpoint(best, rngs);
-      write_checkpoint(last, rngs);
+                   st.step, m.epoch, m.train_loss, v.loss, v.ppl, v.bleu, v.improved ? " (best)" : "");
     }
-    window_loss = window_tokens = 0;
-    window_tgt_tokens = 0;
+    if (v.improved)
+      trainer.save({dir.best(), dir.last()});
+    else
+      trainer.save({dir.last()});
+    window_loss = 0;
+    window_tokens = 0;
     window_t = now_s();
-    if (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience) {
+    if (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience)
       spdlog::info("early stopping: {} validations without improvement", st.bad_validations);
-      st.finished = true;
-    }
   };
 
-  model->train();
-  // A resumed run continues as long as its (possibly raised) limits allow.
-  st.finished = (cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps) ||
-                (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience);
-  bool stop = st.finished;
-  int64_t last_validated = result.validations.empty() ? (opt.resume ? st.step : -1) : st.step;
-  while (!stop && st.epoch < cfg.train.epochs) {
+  int64_t last_validated = opt.resume ? st.step : -1;
+  while (!trainer.should_stop()) {
     auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true);
     const int64_t per_epoch = static_cast<int64_t>(plan.size());
     while (st.batch_in_epoch < per_epoch) {
       const auto& rows = plan[static_cast<size_t>(st.batch_in_epoch)];
-      // The loss is summed over the batch's target tokens and divided by their number in the whole batch,
-      // so that gradients summed over the ranks' slices equal the one-process gradient.
-      int64_t batch_tokens = 0;
+      int64_t batch_tokens = 0;  // target tokens of the whole batch, <eos> included
       for (int64_t i : rows) batch_tokens += static_cast<int64_t>(data.train[static_cast<size_t>(i)].tgt.size()) + 1;
-      const std::vector<int64_t> mine = dist ? shard_rows(rows, rank, world) : rows;
-      if (dist)
-        dist->zero_gradients();
-      else
-        optim.zero_grad();
-      double lv = 0;
-      if (!mine.empty()) {  // a batch with fewer rows than ranks leaves some ranks without a slice
-        lv = accumulate_gradients(model, make_batch(data.train, mine).to(device), batch_tokens, cfg.train.label_smoothing,
-                                  cfg.train.teacher_forcing);
+      const std::vector<int64_t> mine = dist ? shard_rows(rows, dist->rank(), dist->world()) : rows;
+      std::optional<Batch> slice;
+      if (!mine.empty()) slice = make_batch(data.train, mine);  // a batch with fewer rows than ranks leaves some ranks without one
+      StepResult sr;
+      try {
+        sr = trainer.step(slice ? &*slice : nullptr, batch_tokens, g_stop_signal.load());
+      } catch (const NonFiniteLoss& e) {
+        throw Error(std::string(e.what()) + "; last good checkpoint: " + (fs::exists(dir.last()) ? dir.last() : std::string("none")));
       }
-      if (opt.test_nan_at_step > 0 && st.step + 1 == opt.test_nan_at_step) lv = std::nan("");  // fault injection for tests
-      int sig = g_stop_signal.load();
-      bool time_up = cfg.train.max_minutes > 0 && (base_elapsed + now_s() - t0) / 60.0 >= cfg.train.max_minutes;
-      if (dist) {
-        dist->allreduce_gradients();
-        // One small sum carries what every rank must agree on: the batch loss, stop requests, rank 0's clock.
-        torch::Tensor c = torch::tensor({lv, sig == SIGINT ? 1.0 : 0.0, sig != 0 && sig != SIGINT ? 1.0 : 0.0,
-                                         main_rank && time_up ? 1.0 : 0.0}, torch::kDouble);
-        dist->allreduce_sum_(c);
-        lv = c[0].item<double>();
-        sig = c[2].item<double>() > 0 ? SIGTERM : c[1].item<double>() > 0 ? SIGINT : 0;
-        time_up = c[3].item<double>() > 0;
-      }
-      if (!std::isfinite(lv)) {
-        throw Error("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " +
-                    std::to_string(st.step + 1) + "; last good checkpoint: " +
-                    (fs::exists(last) ? last : std::string("none")));
-      }
-      apply_update(model, optim, cfg.train.clip_norm);
-      ++st.step;
       ++st.batch_in_epoch;
-      window_loss += lv;
-      window_tokens += static_cast<double>(batch_tokens);
-      window_tgt_tokens += batch_tokens;
-      double now = now_s();
+      window_loss += sr.loss_sum;
+      window_tokens += batch_tokens;
+      const double now = now_s();
       if (tty && now - last_progress > 0.25) {
-        double tps = window_tgt_tokens / std::max(1e-9, now - window_t);
+        double tps = static_cast<double>(window_tokens) / std::max(1e-9, now - window_t);
         std::fprintf(stderr, "\r\033[Kepoch %lld  step %lld (%lld/%lld)  loss %.4f  %.0f tok/s", static_cast<long long>(st.epoch + 1),
                      static_cast<long long>(st.step), static_cast<long long>(st.batch_in_epoch), static_cast<long long>(per_epoch),
-                     window_loss / std::max(1.0, window_tokens), tps);
+                     window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)), tps);
         last_progress = now;
       } else if (!tty && st.step % cfg.train.log_every == 0) {
         spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s{}", st.epoch + 1, st.step, st.batch_in_epoch,
-                     per_epoch, window_loss / std::max(1.0, window_tokens),
-                     window_tgt_tokens / std::max(1e-9, now - window_t), comm_note());
+                     per_epoch, window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)),
+                     static_cast<double>(window_tokens) / std::max(1e-9, now - window_t), comm_note());
       }
       const bool at_epoch_end = st.batch_in_epoch == per_epoch;
       if (at_epoch_end) {  // move the position to the next epoch before any checkpoint
         ++st.epoch;
         st.batch_in_epoch = 0;
       }
-      const bool step_limit = cfg.train.max_steps > 0 && st.step >= cfg.train.max_steps;
-      const bool time_limit = time_up;
+      const int64_t reported_epoch = at_epoch_end ? st.epoch - 1 : st.epoch;  // the epoch the step belongs to
       if (at_epoch_end || (cfg.train.valid_every > 0 && st.step % cfg.train.valid_every == 0)) {
-        do_validation(at_epoch_end ? st.epoch - 1 : st.epoch);  // report the epoch the step belongs to
+        validation(reported_epoch);
         last_validated = st.step;
       }
-      if (st.epoch >= cfg.train.epochs || step_limit || time_limit) st.finished = true;
-      if (st.finished && last_validated != st.step) {  // every run ends with a validation (and best.pt)
-        do_validation(at_epoch_end ? st.epoch - 1 : st.epoch);
+      const bool stop = trainer.should_stop();
+      if (stop && last_validated != st.step) {  // every run ends with a validation (and best.pt)
+        validation(reported_epoch);
         last_validated = st.step;
       }
-      if (st.finished) stop = true;
-      if (!dist) sig = g_stop_signal.load();  // one process also stops for a signal that came during validation
-      update_elapsed();
+      // One process also stops for a signal that came during validation.
+      const int sig = dist ? sr.signal : g_stop_signal.load();
       if (sig != 0) {
-        auto rngs = rank_rng_states();
-        if (main_rank) write_checkpoint(last, rngs);
-        if (main_rank) spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, last);
+        trainer.save({dir.last()});
+        if (main_rank) spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, dir.last());
         result.state = st;
         result.exit_code = 128 + sig;
         return result;
@@ -485,11 +490,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     }
   }
   st.finished = true;
-  update_elapsed();
-  auto rngs = rank_rng_states();
-  if (main_rank) write_checkpoint(last, rngs);
+  trainer.save({dir.last()});
   spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}{}", st.step,
-               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, best, last, comm_note());
+               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, dir.best(), dir.last(), comm_note());
   result.state = st;
   return result;
 }

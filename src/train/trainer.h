@@ -1,5 +1,5 @@
-// Training: data preparation, the step loop, validation, checkpoints with exact resume (model/checkpoint.h),
-// early stopping, LR schedule, signals.
+// Training: the Trainer (one update, validation with its bookkeeping, checkpoints, stopping rules) and
+// train(), the loop that runs it over a run directory (data preparation, logs, metrics, signals, resume).
 #pragma once
 #include <string>
 #include <vector>
@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "common/errors.h"
 #include "data/batcher.h"
 #include "data/corpus.h"
 #include "data/vocab.h"
@@ -33,6 +34,7 @@ struct ValidationResult {
   double loss = 0;  // per target token
   double ppl = 0;
   double bleu = 0;
+  bool improved = false;  // best so far on the early-stopping metric (Trainer::validate)
 };
 
 struct TrainResult {
@@ -48,23 +50,78 @@ struct RunData {
   std::vector<std::string> valid_refs;  // raw reference lines of the kept validation pairs
 };
 
+// A training loss that is NaN or infinite; the update was not applied.
+struct NonFiniteLoss : Error {
+  using Error::Error;
+};
+
+// What one call of Trainer::step did, as every rank agrees.
+struct StepResult {
+  double loss_sum = 0;   // loss summed over the whole batch's target tokens (all ranks)
+  int signal = 0;        // a stop request seen by any rank (SIGTERM wins over SIGINT), or 0
+  bool time_up = false;  // train.max_minutes reached (rank 0's clock)
+};
+
+// One model being trained: its optimizer, position and counters (TrainerState), and the rules that end
+// training. train() drives it over a corpus; `attnmt bench` times the same step() on a synthetic batch.
+class Trainer {
+ public:
+  // Creates the Adam optimizer for model (already on device). With resume_from, restores model, optimizer,
+  // state and random state from that checkpoint. In a data-parallel group, every rank then starts from
+  // rank 0's weights and gradients go into the group's flat buckets.
+  Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, const TrainOptions& opt = {},
+          const std::string& resume_from = "");
+
+  // One update on this rank's slice of a batch (may be empty when the batch has fewer rows than ranks):
+  // forward and backward with the loss summed over target tokens and divided by batch_tokens (the whole
+  // batch's count, so that the ranks' slices add up to the one-process gradient), gradient all-reduce,
+  // agreement on the loss and on stop requests (local_signal: a signal this rank received, or 0), then
+  // gradient clipping and the optimizer step. Throws NonFiniteLoss, before updating, when the loss is not
+  // finite.
+  StepResult step(const Batch* slice, int64_t batch_tokens, int local_signal = 0);
+
+  // Validation loss, perplexity and greedy BLEU on data.valid (computed by rank 0 and shared), then the
+  // bookkeeping: best metric, early-stopping counter, plateau LR schedule.
+  ValidationResult validate(const RunData& data, const Config& cfg);
+
+  // Writes a checkpoint of the current state to each path (collective in a group: every rank's random
+  // state is gathered; rank 0 writes).
+  void save(const std::vector<std::string>& paths);
+
+  // True when a limit ends training: epochs, max_steps, max_minutes (as of the last step) or early stopping.
+  bool should_stop() const;
+
+  // Training time: before this process (from the checkpoint) plus since construction.
+  double elapsed_s() const;
+
+  TrainerState& state() { return st_; }
+  const TrainerState& state() const { return st_; }
+  Seq2Seq& model() { return model_; }
+  torch::optim::Adam& optimizer() { return optim_; }
+  Distributed* dist() const { return opt_.dist; }
+  bool main_rank() const;
+
+ private:
+  void set_lr(double lr);
+
+  Seq2Seq model_;
+  TrainConfig cfg_;
+  torch::Device device_;
+  TrainOptions opt_;
+  torch::optim::Adam optim_;
+  TrainerState st_;
+  double t0_ = 0, base_elapsed_ = 0;
+  bool time_up_ = false;
+};
+
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
 
 // The rows of a batch (example indices) that rank `rank` of `world` trains on: a contiguous slice,
 // as equal as possible; may be empty when the batch has fewer rows than ranks.
 std::vector<int64_t> shard_rows(const std::vector<int64_t>& rows, int rank, int world);
 
-// Validation loss/perplexity (teacher forced) and greedy BLEU.
+// Validation loss/perplexity (teacher forced) and greedy BLEU, without bookkeeping.
 ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg, const torch::Device& device);
-
-// The two halves of one training update, shared by train() and `attnmt bench` so that the benchmark times
-// the code users run. accumulate_gradients: forward and backward of batch b (already on the model's device)
-// with the loss summed over its real target tokens and divided by batch_tokens (the whole batch's count, so
-// that data-parallel slices add up to the one-process gradient); returns the loss sum. apply_update: gradient
-// clipping by global norm (clip_norm 0 = off) and the optimizer step.
-double accumulate_gradients(Seq2Seq& model, const Batch& b, int64_t batch_tokens, double label_smoothing,
-                            double teacher_forcing);
-void apply_update(Seq2Seq& model, torch::optim::Optimizer& optim, double clip_norm);
 
 // Requests a graceful stop (as SIGINT would); used by the signal handler and tests.
 void request_stop(int signal_number);

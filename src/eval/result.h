@@ -1,0 +1,37 @@
+// What an evaluation measured, and its JSON form (run_dir/eval/<name>.json, report.json).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace attnmt {
+
+struct BucketScore {
+  int min = 0, max = 0;  // source length range in tokens (max = -1: no upper bound)
+  int64_t count = 0;
+  double bleu = 0;
+};
+
+struct EvalResult {
+  double bleu = 0, chrf = 0;
+  std::string signature, chrf_signature, bleu_line;
+  int beam_size = 1;
+  int64_t sentences = 0;
+  double decode_s = 0, sentences_per_s = 0;
+  std::vector<BucketScore> by_length;
+  std::optional<double> aer, attention_entropy;  // with gold alignments and an attention model
+  std::optional<double> ppl;                     // teacher-forced perplexity on the references
+
+  nlohmann::json to_json() const;
+  // The inverse of to_json (every field round-trips); throws nlohmann::json::exception on a missing
+  // required entry ("bleu", "by_length") or a wrong type.
+  static EvalResult from_json(const nlohmann::json& j);
+};
+
+// Source-length buckets from the upper edges: [1, e0], [e0+1, e1], ..., [e_last+1, inf).
+std::vector<BucketScore> make_buckets(const std::vector<int>& edges);
+
+}  // namespace attnmt

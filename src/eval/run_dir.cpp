@@ -1,0 +1,100 @@
+#include "eval/run_dir.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "common/config.h"
+#include "common/errors.h"
+#include "common/fs.h"
+
+namespace attnmt {
+
+namespace fs = std::filesystem;
+
+nlohmann::json MetricsRecord::to_json() const {
+  nlohmann::json m = {{"step", step},         {"epoch", epoch},           {"train_loss", train_loss},
+                      {"valid_loss", valid_loss}, {"valid_ppl", valid_ppl}, {"valid_bleu", valid_bleu},
+                      {"lr", lr},             {"tokens_per_s", tokens_per_s}, {"elapsed_s", elapsed_s}};
+  if (world_size > 1) m["world_size"] = world_size;
+  return m;
+}
+
+std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
+  auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("step") || !j["step"].is_number_integer()) return std::nullopt;
+  MetricsRecord m;
+  try {
+    m.step = j["step"].get<int64_t>();
+    m.epoch = j.value("epoch", int64_t{0});
+    m.train_loss = j.value("train_loss", 0.0);
+    m.valid_loss = j.value("valid_loss", 0.0);
+    m.valid_ppl = j.value("valid_ppl", 0.0);
+    m.valid_bleu = j.value("valid_bleu", 0.0);
+    m.lr = j.value("lr", 0.0);
+    m.tokens_per_s = j.value("tokens_per_s", 0.0);
+    m.elapsed_s = j.value("elapsed_s", 0.0);
+    m.world_size = j.value("world_size", 1);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return m;
+}
+
+std::vector<std::string> RunDir::training_files() const {
+  return {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), train_log(), curves()};
+}
+
+void RunDir::append_metrics(const MetricsRecord& m) const {
+  // One write() of a whole line: a kill leaves either the full line or none of it (O_APPEND).
+  const std::string path = metrics(), l = m.to_json().dump() + "\n";
+  FILE* f = std::fopen(path.c_str(), "a");
+  if (!f) throw Error(path + ": cannot open for appending");
+  size_t w = std::fwrite(l.data(), 1, l.size(), f);
+  int rc = std::fclose(f);
+  if (w != l.size() || rc != 0) throw Error(path + ": write failed (disk full?)");
+}
+
+std::vector<MetricsRecord> RunDir::read_metrics() const {
+  std::vector<MetricsRecord> out;
+  std::ifstream in(metrics(), std::ios::binary);
+  for (std::string line; std::getline(in, line);)
+    if (auto m = MetricsRecord::parse(line)) out.push_back(*m);
+  return out;
+}
+
+int RunDir::drop_metrics_after(int64_t step) const {
+  const std::string path = metrics();
+  if (!fs::is_regular_file(path)) return 0;
+  std::ifstream in(path, std::ios::binary);
+  std::string line, kept;
+  int dropped = 0;
+  while (std::getline(in, line)) {
+    auto m = MetricsRecord::parse(line);
+    if (m && m->step <= step)
+      kept += line + "\n";
+    else
+      ++dropped;
+  }
+  if (dropped > 0) write_file_atomic(path, kept);
+  return dropped;
+}
+
+void RunDir::write_eval(const std::string& name, const EvalResult& r, const std::vector<std::string>& hyps) const {
+  make_dirs(eval_dir());
+  std::string text;
+  for (const auto& h : hyps) text += h + "\n";
+  write_file_atomic(eval_hyp(name), text);
+  write_file_atomic(eval_json(name), r.to_json().dump(2) + "\n");
+}
+
+EvalResult RunDir::read_eval(const std::string& name) const {
+  const std::string path = eval_json(name);
+  try {
+    return EvalResult::from_json(read_json_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    throw UsageError(path + ": not an evaluation result: " + e.what());
+  }
+}
+
+}  // namespace attnmt

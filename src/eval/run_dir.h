@@ -1,0 +1,71 @@
+// A run directory: the names of the files a run keeps there, and the records written into them: the
+// validation log (metrics.jsonl, one JSON object per validation) and evaluation results
+// (eval/<name>.json beside eval/<name>.hyp). Training, evaluation, the report and the CLI find files
+// only through this class.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "eval/result.h"
+
+namespace attnmt {
+
+// One line of metrics.jsonl: the figures of one validation.
+struct MetricsRecord {
+  int64_t step = 0;
+  int64_t epoch = 0;  // 1-based epoch the step belongs to
+  double train_loss = 0, valid_loss = 0, valid_ppl = 0, valid_bleu = 0;
+  double lr = 0, tokens_per_s = 0, elapsed_s = 0;
+  int world_size = 1;  // data-parallel ranks (written only when > 1)
+
+  nlohmann::json to_json() const;
+  // Null for a line that is not a metrics record (torn, or written by something else).
+  static std::optional<MetricsRecord> parse(const std::string& line);
+};
+
+class RunDir {
+ public:
+  explicit RunDir(std::string path) : path_(std::move(path)) {}
+  const std::string& path() const { return path_; }
+
+  std::string config() const { return file("config.json"); }  // the resolved config of the run
+  std::string checkpoint(const std::string& which) const { return file(which + ".pt"); }  // best | last
+  std::string last() const { return checkpoint("last"); }
+  std::string best() const { return checkpoint("best"); }
+  std::string src_vocab() const { return file("src.vocab"); }
+  std::string tgt_vocab() const { return file("tgt.vocab"); }
+  std::string metrics() const { return file("metrics.jsonl"); }
+  std::string train_log() const { return file("train.log"); }
+  std::string curves() const { return file("curves.svg"); }
+  std::string maps_index() const { return file("maps/index.html"); }
+  std::string eval_dir() const { return file("eval"); }
+  std::string eval_json(const std::string& name) const { return file("eval/" + name + ".json"); }
+  std::string eval_hyp(const std::string& name) const { return file("eval/" + name + ".hyp"); }
+
+  // The files training writes (removed by `train --overwrite` before the new run starts).
+  std::vector<std::string> training_files() const;
+  // The files without which the directory is not a trained run (config and vocabularies).
+  std::vector<std::string> required_files() const { return {config(), src_vocab(), tgt_vocab()}; }
+
+  // Appends one record as one write (a kill leaves the whole line or none of it).
+  void append_metrics(const MetricsRecord& m) const;
+  // Every readable record, in file order (an absent file gives none).
+  std::vector<MetricsRecord> read_metrics() const;
+  // Drops the records after `step` (logged after the checkpoint being resumed); returns how many.
+  int drop_metrics_after(int64_t step) const;
+
+  // Writes eval/<name>.hyp (one hypothesis per line) and eval/<name>.json, each atomically.
+  void write_eval(const std::string& name, const EvalResult& r, const std::vector<std::string>& hyps) const;
+  // Reads eval/<name>.json; UsageError naming the file when it is not an evaluation result.
+  EvalResult read_eval(const std::string& name) const;
+
+ private:
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string path_;
+};
+
+}  // namespace attnmt
