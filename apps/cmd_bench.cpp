@@ -105,12 +105,15 @@ struct BenchRow {
 
 std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
   std::vector<std::pair<std::string, AttentionConfig>> all = {
-      {"none", {"none", "", 1, 0}},         {"bahdanau", {"bahdanau", "", 1, 0}}, {"luong_dot", {"luong", "dot", 1, 0}},
-      {"luong_general", {"luong", "general", 1, 0}}, {"luong_concat", {"luong", "concat", 1, 0}},
-      {"scaled_dot", {"scaled_dot", "", 4, 0}}};
+      {"none", {AttentionType::kNone, LuongScore::kDefault, 1, 0}},
+      {"bahdanau", {AttentionType::kBahdanau, LuongScore::kDefault, 1, 0}},
+      {"luong_dot", {AttentionType::kLuong, LuongScore::kDot, 1, 0}},
+      {"luong_general", {AttentionType::kLuong, LuongScore::kGeneral, 1, 0}},
+      {"luong_concat", {AttentionType::kLuong, LuongScore::kConcat, 1, 0}},
+      {"scaled_dot", {AttentionType::kScaledDot, LuongScore::kDefault, 4, 0}}};
   if (which == "all") return all;
   for (auto& v : all)
-    if (v.first == which || v.second.type == which) return {v};
+    if (v.first == which || to_string(v.second.type) == which) return {v};
   throw UsageError("--attention: unknown value '" + which +
                    "'. Valid options: all, none, bahdanau, luong, luong_dot, luong_general, luong_concat, scaled_dot");
 }
@@ -143,7 +146,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
       ->check(CLI::Range(1, 256));
   return {app, [opt, &g]() -> int {
             ModelConfig base;
-            base.rnn = "gru";
+            base.rnn = RnnCell::kGru;
             base.embed_dim = 256;
             base.hidden_dim = 512;
             base.bidirectional = true;
@@ -193,7 +196,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             for (auto& [name, att] : variants(opt->attention)) {
               ModelConfig m = base;
               m.attention = att;
-              m.input_feeding = opt->input_feeding && (att.type == "luong" || att.type == "scaled_dot");
+              m.input_feeding = opt->input_feeding && (att.type == AttentionType::kLuong || att.type == AttentionType::kScaledDot);
               Seq2Seq model(m, opt->vocab, opt->vocab);
               model->to(dev);
               // The training loop's own Trainer: the timed step is the one users run (Adam 1e-3, clipping at 1,

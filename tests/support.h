@@ -128,7 +128,7 @@ inline Config tiny_config_for(const std::string& corpus, const std::string& run_
   c.data.tokenizer = "space";
   c.model.embed_dim = 8;
   c.model.hidden_dim = 16;
-  c.model.attention.type = attention;
+  c.model.attention.type = attention_type_from_string(attention);
   return c;
 }
 

@@ -25,7 +25,7 @@ void expect_bad(const json& j, const std::vector<std::string>& fragments) {
 
 TEST(Config, DefaultsAreValid) {
   Config c = attnmt::config_from_json(json::object());
-  EXPECT_EQ(c.model.attention.type, "bahdanau");
+  EXPECT_EQ(c.model.attention.type, attnmt::AttentionType::kBahdanau);
   EXPECT_EQ(c.data.tokenizer, "13a");
   EXPECT_EQ(c.eval.buckets.size(), 6u);
 }
@@ -35,9 +35,9 @@ TEST(Config, ReadsNestedValues) {
     "train":{"lr":0.01,"early_stopping":{"metric":"ppl","patience":3}},"eval":{"buckets":[5,15]}})");
   Config c = attnmt::config_from_json(j);
   EXPECT_EQ(c.run_dir, "r");
-  EXPECT_EQ(c.model.rnn, "lstm");
+  EXPECT_EQ(c.model.rnn, attnmt::RnnCell::kLstm);
   EXPECT_EQ(c.model.hidden_dim, 32);
-  EXPECT_EQ(c.model.attention.score, "dot");
+  EXPECT_EQ(c.model.attention.score, attnmt::LuongScore::kDot);
   EXPECT_DOUBLE_EQ(c.train.lr, 0.01);
   EXPECT_EQ(c.train.early_stopping.metric, "ppl");
   EXPECT_EQ(c.train.early_stopping.patience, 3);
@@ -77,7 +77,7 @@ TEST(Config, BadRnn) { expect_bad(json::parse(R"({"model":{"rnn":"rnn"}})"), {"m
 TEST(Config, NegativeDropout) { expect_bad(json::parse(R"({"model":{"dropout":-0.1}})"), {"model.dropout"}); }
 TEST(Config, DropoutOne) { expect_bad(json::parse(R"({"model":{"dropout":1.0}})"), {"model.dropout"}); }
 TEST(Config, ZeroBatch) { expect_bad(json::parse(R"({"train":{"batch_size":0}})"), {"train.batch_size"}); }
-TEST(Config, NegativeLr) { expect_bad(json::parse(R"({"train":{"lr":-1}})"), {"train.lr", "> 0"}); }
+TEST(Config, NegativeLr) { expect_bad(json::parse(R"({"train":{"lr":-1}})"), {"train.lr", "in (0, 10]"}); }
 TEST(Config, ScoreForBahdanau) {
   expect_bad(json::parse(R"({"model":{"attention":{"type":"bahdanau","score":"dot"}}})"),
              {"model.attention.score", "only applies to type 'luong'"});
@@ -124,7 +124,7 @@ TEST(Config, OverrideSetsNumbersStringsAndArrays) {
   EXPECT_EQ(c.data.train.src, "some/file.txt");
   ASSERT_EQ(c.eval.buckets.size(), 2u);
   EXPECT_EQ(c.eval.buckets[0], 5);
-  EXPECT_EQ(c.model.attention.type, "luong");
+  EXPECT_EQ(c.model.attention.type, attnmt::AttentionType::kLuong);
 }
 
 TEST(Config, OverrideValidatedLikeFile) {
@@ -176,4 +176,89 @@ TEST(Config, NumberOutOfRangeIsBadInput) {
   } catch (const attnmt::UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("train.lr"), std::string::npos) << e.what();
   }
+}
+
+// The key list of configs/README.md is the key table's own output (regenerate it with `attnmt config --keys`).
+TEST(ConfigKeys, ReadmeTableIsTheKeyTable) {
+  std::ifstream in(attnmt::test::source_dir() + "/configs/README.md");
+  ASSERT_TRUE(in) << "configs/README.md not found";
+  std::stringstream buf;
+  buf << in.rdbuf();
+  const std::string doc = buf.str(), begin = "<!-- keys:begin -->\n", end = "<!-- keys:end -->";
+  const auto b = doc.find(begin), e = doc.find(end);
+  ASSERT_NE(b, std::string::npos) << "configs/README.md lacks " << begin;
+  ASSERT_NE(e, std::string::npos) << "configs/README.md lacks " << end;
+  ASSERT_LT(b, e);
+  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), attnmt::config_keys_markdown())
+      << "configs/README.md differs from the key table; paste the output of `attnmt config --keys` between the markers";
+}
+
+namespace {
+void leaf_paths(const json& j, const std::string& prefix, std::vector<std::string>& out) {
+  for (const auto& [k, v] : j.items()) {
+    const std::string p = prefix.empty() ? k : prefix + "." + k;
+    if (v.is_object())
+      leaf_paths(v, p, out);
+    else
+      out.push_back(p);
+  }
+}
+}  // namespace
+
+// Reading, writing and the documented list cover the same keys: every key the table documents is written
+// to config.json (here with a luong score set, the one key left out at its default) and read back.
+TEST(ConfigKeys, WrittenReadAndDocumentedKeysAreTheSame) {
+  Config c;
+  c.model.attention.type = attnmt::AttentionType::kLuong;
+  c.model.attention.score = attnmt::LuongScore::kConcat;
+  c.model.attention.dim = 8;
+  attnmt::validate(c);
+  std::vector<std::string> written;
+  leaf_paths(attnmt::config_to_json(c), "", written);
+  std::vector<std::string> documented;
+  std::stringstream md(attnmt::config_keys_markdown());
+  for (std::string line; std::getline(md, line);)
+    if (line.rfind("| `", 0) == 0) documented.push_back(line.substr(3, line.find('`', 3) - 3));
+  std::sort(written.begin(), written.end());
+  std::sort(documented.begin(), documented.end());
+  ASSERT_EQ(written.size(), documented.size());
+  EXPECT_EQ(written, documented);
+  ASSERT_GT(written.size(), 40u);
+  Config back = attnmt::config_from_json(attnmt::config_to_json(c));
+  EXPECT_EQ(back.model.attention.score, attnmt::LuongScore::kConcat);
+  EXPECT_EQ(back.model.attention.dim, 8);
+  // The default score is not written, and reads back as the default.
+  Config d;
+  json dj = attnmt::config_to_json(d);
+  EXPECT_FALSE(dj["model"]["attention"].contains("score"));
+  EXPECT_EQ(attnmt::config_from_json(dj).model.attention.score, attnmt::LuongScore::kDefault);
+}
+
+TEST(ConfigKeys, FieldsAreNamedByTheTable) {
+  Config c;
+  EXPECT_EQ(attnmt::config_key(c, &c.train.lr), "train.lr");
+  EXPECT_EQ(attnmt::config_key(c, &c.model.attention.heads), "model.attention.heads");
+  EXPECT_EQ(attnmt::config_key(c, &c.data.valid.tsv), "data.valid.tsv");
+  EXPECT_EQ(attnmt::config_split_path(c, c.data.test), "data.test");
+  const int not_a_key = 0;
+  EXPECT_THROW(attnmt::config_key(c, &not_a_key), std::logic_error);
+}
+
+// Older run directories hold train.valid_beam in config.json; they must still load.
+TEST(ConfigKeys, RetiredKeyIsIgnored) {
+  Config c = attnmt::config_from_json(json::parse(R"({"train":{"valid_beam":5,"lr":0.01}})"));
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.01);
+  EXPECT_FALSE(attnmt::config_to_json(c)["train"].contains("valid_beam"));
+}
+
+TEST(ConfigKeys, EnumNamesRoundTrip) {
+  for (auto t : {attnmt::AttentionType::kNone, attnmt::AttentionType::kBahdanau, attnmt::AttentionType::kLuong,
+                 attnmt::AttentionType::kScaledDot})
+    EXPECT_EQ(attnmt::attention_type_from_string(attnmt::to_string(t)), t);
+  for (auto s : {attnmt::LuongScore::kDot, attnmt::LuongScore::kGeneral, attnmt::LuongScore::kConcat})
+    EXPECT_EQ(attnmt::luong_score_from_string(attnmt::to_string(s)), s);
+  for (auto r : {attnmt::RnnCell::kGru, attnmt::RnnCell::kLstm}) EXPECT_EQ(attnmt::rnn_cell_from_string(attnmt::to_string(r)), r);
+  EXPECT_THROW(attnmt::attention_type_from_string("additive"), UsageError);
+  // A score given for another type is refused, naming the key.
+  expect_bad(json::parse(R"({"model":{"attention":{"type":"bahdanau","score":"dot"}}})"), {"model.attention.score", "luong"});
 }

@@ -21,7 +21,7 @@ Seq2Seq random_model(const std::string& type) {
   m.embed_dim = 8;
   m.hidden_dim = 16;
   m.dropout = 0.0;
-  m.attention.type = type;
+  m.attention.type = attention_type_from_string(type);
   torch::manual_seed(11);
   Seq2Seq model(m, 30, 30);
   model->eval();
@@ -313,7 +313,7 @@ TEST(Search, BeamKeepsSearchingWhileALongerHypothesisCanWinUnderThePenalty) {
   m.embed_dim = 4;
   m.hidden_dim = 6;
   m.dropout = 0.0;
-  m.attention.type = "bahdanau";
+  m.attention.type = AttentionType::kBahdanau;
   torch::manual_seed(1);
   Seq2Seq model(m, 6, 6);
   model->eval();
@@ -352,8 +352,8 @@ TEST(CompareCli, ReportNumbersMatchTheRunsEvaluations) {
   // A second, different run: the same data with Luong attention.
   Config c = config_from_json(read_json_file(run + "/config.json"));
   c.run_dir = test::temp_dir("compare_luong");
-  c.model.attention.type = "luong";
-  c.model.attention.score = "dot";
+  c.model.attention.type = AttentionType::kLuong;
+  c.model.attention.score = LuongScore::kDot;
   validate(c);
   train(c, {}, torch::kCPU);
   std::string out = test::temp_dir("compare_out") + "/report";

@@ -15,12 +15,12 @@ namespace {
 ModelConfig tiny_model(const std::string& type, const std::string& score = "", int heads = 1, bool feeding = false,
                        const std::string& rnn = "gru") {
   ModelConfig m;
-  m.rnn = rnn;
+  m.rnn = attnmt::rnn_cell_from_string(rnn);
   m.embed_dim = 8;
   m.hidden_dim = 12;
   m.dropout = 0.0;
-  m.attention.type = type;
-  m.attention.score = score;
+  m.attention.type = attnmt::attention_type_from_string(type);
+  m.attention.score = score.empty() ? attnmt::LuongScore::kDefault : attnmt::luong_score_from_string(score);
   m.attention.heads = heads;
   m.input_feeding = feeding;
   return m;
@@ -34,7 +34,7 @@ std::vector<ModelConfig> all_models() {
 }
 
 std::string name_of(const ModelConfig& m) {
-  return m.rnn + "/" + m.attention.type + "/" + m.attention.score + "/h" + std::to_string(m.attention.heads) +
+  return to_string(m.rnn) + "/" + to_string(m.attention.type) + "/" + to_string(m.attention.score) + "/h" + std::to_string(m.attention.heads) +
          (m.input_feeding ? "/feed" : "");
 }
 
@@ -228,7 +228,7 @@ TEST(Rnn, LengthsPathEqualsPacked) {
   for (int64_t layers : {1, 2})
     for (bool bidir : {false, true}) {
       torch::manual_seed(3);
-      Rnn rnn("gru", 5, 4, layers, 0.0, bidir);
+      Rnn rnn(RnnCell::kGru, 5, 4, layers, 0.0, bidir);
       rnn->to(torch::kDouble);
       const torch::Tensor lengths = torch::tensor({6, 1, 4, 6, 2}, torch::kLong);
       const torch::Tensor x = torch::randn({5, 6, 5}, torch::kDouble);
@@ -264,7 +264,7 @@ TEST(Model, OutputShapesAndWeights) {
     model->eval();
     Seq2SeqOutput o = model->forward(b.src, b.len, b.mask, b.tgt_in);
     ASSERT_EQ(o.logits.sizes(), (std::vector<int64_t>{3, 4, 20})) << name_of(m);
-    if (m.attention.type == "none") {
+    if (m.attention.type == attnmt::AttentionType::kNone) {
       EXPECT_FALSE(o.weights.defined());
     } else {
       ASSERT_EQ(o.weights.sizes(), (std::vector<int64_t>{3, 4, 5})) << name_of(m);
@@ -290,7 +290,7 @@ TEST(Model, NoneIgnoresAllButTheFinalEncoderStateAttentionDoesNot) {
     perturbed.states.select(1, 1) -= 1.0;
     auto changed = model->decode(perturbed, b.tgt_in).logits;
     double diff = (changed - base).abs().max().item<double>();
-    if (m.attention.type == "none") {
+    if (m.attention.type == attnmt::AttentionType::kNone) {
       EXPECT_EQ(diff, 0.0) << name_of(m);
     } else {
       EXPECT_GT(diff, 1e-4) << name_of(m);
@@ -404,7 +404,7 @@ TEST(Flops, HandCountForATinyBahdanauModel) {
   ModelConfig m;
   m.embed_dim = 4;
   m.hidden_dim = 6;
-  m.attention.type = "bahdanau";
+  m.attention.type = attnmt::AttentionType::kBahdanau;
   FlopCount f = count_flops(m, 10, 2, 3, 5);
   // encoder: 2 directions x 3 gates x 3 x (4 + 3) = 126 MACs per token, 6 source tokens -> 2*126*6
   EXPECT_DOUBLE_EQ(f.encoder, 2.0 * 126 * 6);
@@ -418,7 +418,7 @@ TEST(Flops, HandCountForATinyBahdanauModel) {
   EXPECT_DOUBLE_EQ(f.train_step(), 3 * f.forward());
   // Luong general without feeding: GRU 3*6*(4+6) = 180; scores 18; context 18; combine 12*6 = 72 -> 288;
   // keys W h_j 6x6 per source token.
-  m.attention.type = "luong";
+  m.attention.type = attnmt::AttentionType::kLuong;
   FlopCount g = count_flops(m, 10, 2, 3, 5);
   EXPECT_DOUBLE_EQ(g.decoder, 2.0 * 288 * 10);
   EXPECT_DOUBLE_EQ(g.keys, 2.0 * 6 * 36);

@@ -145,8 +145,8 @@ TEST(Checkpoint, RecordsFormatAndModelTypeAndRefusesAnother) {
   EXPECT_EQ(type.toStringRef(), "gru/bahdanau");
   // Same vocabularies and sizes, another attention: the type check names both before any shape is compared.
   ModelConfig luong = c.model;
-  luong.attention.type = "luong";
-  luong.attention.score = "dot";
+  luong.attention.type = AttentionType::kLuong;
+  luong.attention.score = LuongScore::kDot;
   Seq2Seq other(luong, 20, 30);
   const std::string msg = checkpoint_error(dir + "/b.pt", other);
   EXPECT_NE(msg.find("holds a gru/bahdanau model, the config gives gru/luong-dot"), std::string::npos) << msg;
@@ -313,7 +313,7 @@ TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
     ModelConfig m = test::tiny_config_for(tiny_corpus(), "unused", type.substr(0, type.find('+'))).model;
     m.dropout = 0;
     m.input_feeding = type == "luong+feed";
-    if (type == "bahdanau+lstm") m.rnn = "lstm";
+    if (type == "bahdanau+lstm") m.rnn = RnnCell::kLstm;
     torch::manual_seed(0);
     Seq2Seq model(m, V, V);
     model->to(torch::kDouble);

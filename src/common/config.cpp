@@ -1,10 +1,15 @@
 #include "common/config.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <set>
 #include <sstream>
+#include <stdexcept>
+
+#include <spdlog/spdlog.h>
 
 #include "common/errors.h"
 
@@ -37,95 +42,132 @@ const char* type_name(const json& v) {
   }
 }
 
-// Reads the members of one JSON object, remembering which keys were consumed so that the
-// remaining (unknown) ones can be reported with the list of valid keys.
-class ObjectReader {
- public:
-  ObjectReader(const json& j, std::string path) : j_(j), path_(std::move(path)) {
-    if (!j_.is_object()) fail(path_.empty() ? "<root>" : path_, std::string("expected an object, got ") + type_name(j_));
-  }
-
-  std::string sub(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
-
-  void get(const std::string& key, int& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_number_integer()) fail(sub(key), std::string("expected an integer, got ") + type_name(v));
-    long long x = v.get<long long>();
-    if (x < INT32_MIN || x > INT32_MAX) fail(sub(key), "integer out of range");
-    out = static_cast<int>(x);
-  }
-  void get(const std::string& key, long& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_number_integer()) fail(sub(key), std::string("expected an integer, got ") + type_name(v));
-    out = v.get<long>();
-  }
-  void get(const std::string& key, double& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_number()) fail(sub(key), std::string("expected a number, got ") + type_name(v));
-    out = v.get<double>();
-  }
-  void get(const std::string& key, bool& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_boolean()) fail(sub(key), std::string("expected true or false, got ") + type_name(v));
-    out = v.get<bool>();
-  }
-  void get(const std::string& key, std::string& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_string()) fail(sub(key), std::string("expected a string, got ") + type_name(v));
-    out = v.get<std::string>();
-  }
-  void get(const std::string& key, std::vector<int>& out) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    const json& v = j_.at(key);
-    if (!v.is_array()) fail(sub(key), std::string("expected an array of integers, got ") + type_name(v));
-    out.clear();
-    for (size_t i = 0; i < v.size(); ++i) {
-      if (!v[i].is_number_integer())
-        fail(sub(key) + "[" + std::to_string(i) + "]", std::string("expected an integer, got ") + type_name(v[i]));
-      out.push_back(v[i].get<int>());
-    }
-  }
-  void object(const std::string& key, const std::function<void(ObjectReader&)>& fn) {
-    known_.push_back(key);
-    if (!j_.contains(key)) return;
-    ObjectReader r(j_.at(key), sub(key));
-    fn(r);
-    r.finish();
-  }
-  void finish() const {
-    for (const auto& [k, v] : j_.items()) {
-      if (std::find(known_.begin(), known_.end(), k) == known_.end())
-        fail(sub(k), "unknown key (valid keys here: " + join(known_) + ")");
-    }
-  }
-
- private:
-  const json& j_;
-  std::string path_;
-  std::vector<std::string> known_;
-};
-
-void read_split(ObjectReader& r, SplitConfig& s) {
-  r.get("src", s.src);
-  r.get("tgt", s.tgt);
-  r.get("tsv", s.tsv);
-  r.get("align", s.align);
+// A number as a message or the key table shows it: integers without a fraction, others as %g.
+std::string num(double v) {
+  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return std::to_string(static_cast<long long>(v));
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", v);
+  return buf;
 }
 
-void read_vocab(ObjectReader& r, VocabConfig& v) {
-  r.get("min_freq", v.min_freq);
-  r.get("max_size", v.max_size);
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// An allowed interval; open ends exclude the bound. note explains a special value ("0 = no limit").
+struct Range {
+  double lo = -kInf, hi = kInf;
+  bool lo_open = false, hi_open = false;
+  std::string note;
+  bool contains(double v) const {
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  std::string text() const {
+    std::string t;
+    if (hi == kInf)
+      t = std::string(lo_open ? "> " : ">= ") + num(lo);
+    else
+      t = std::string("in ") + (lo_open ? "(" : "[") + num(lo) + ", " + num(hi) + (hi_open ? ")" : "]");
+    return note.empty() ? t : t + " (" + note + ")";
+  }
+};
+Range at_least(double lo, std::string note = "") { return {lo, kInf, false, false, std::move(note)}; }
+Range above(double lo) { return {lo, kInf, true, false, ""}; }
+Range closed(double lo, double hi) { return {lo, hi, false, false, ""}; }
+Range half_open(double lo, double hi) { return {lo, hi, false, true, ""}; }
+Range open(double lo, double hi) { return {lo, hi, true, true, ""}; }
+
+// One config key: where it lives in the JSON tree and in Config, how it is read, written and checked.
+struct Key {
+  std::string path;   // JSON path, e.g. "train.lr"
+  std::string type;   // as configs/README.md shows it: integer, number, boolean, string, choice, list of integers
+  std::string doc;    // one line: what it does
+  std::function<const void*(const Config&)> address;     // the field, for config_key()
+  std::function<json(const Config&)> get;                // the value as written to config.json
+  std::function<void(Config&, const json&)> set;         // type-checked read (fails naming the path)
+  std::function<void(const Config&)> check;              // range or choice check (validate)
+  bool write_default = true;                             // false: left out of config.json while at its default
+};
+
+// Field accessors are captureless lambdas returning a reference into Config.
+template <class F>
+using FieldType = std::remove_reference_t<decltype(std::declval<F>()(std::declval<Config&>()))>;
+
+template <class F>
+Key base_key(const std::string& path, const std::string& type, const std::string& doc, F field) {
+  Key k;
+  k.path = path;
+  k.type = type;
+  k.doc = doc;
+  k.address = [field](const Config& c) -> const void* { return &field(const_cast<Config&>(c)); };
+  k.get = [field](const Config& c) { return json(field(const_cast<Config&>(c))); };
+  k.check = [](const Config&) {};
+  return k;
+}
+
+template <class F>
+Key integer(const std::string& path, F field, Range r, const std::string& doc) {
+  using T = FieldType<F>;
+  Key k = base_key(path, "integer " + r.text(), doc, field);
+  k.set = [field, path](Config& c, const json& v) {
+    if (!v.is_number_integer()) fail(path, std::string("expected an integer, got ") + type_name(v));
+    const long double x = v.is_number_unsigned() ? static_cast<long double>(v.get<uint64_t>()) : static_cast<long double>(v.get<int64_t>());
+    if (x < static_cast<long double>(std::numeric_limits<T>::min()) || x > static_cast<long double>(std::numeric_limits<T>::max()))
+      fail(path, "integer out of range");
+    field(c) = static_cast<T>(x);
+  };
+  k.check = [field, path, r](const Config& c) {
+    const double v = static_cast<double>(field(const_cast<Config&>(c)));
+    if (!r.contains(v)) fail(path, "must be " + r.text() + ", got " + num(v));
+  };
+  return k;
+}
+
+template <class F>
+Key number(const std::string& path, F field, Range r, const std::string& doc) {
+  Key k = base_key(path, "number " + r.text(), doc, field);
+  k.set = [field, path](Config& c, const json& v) {
+    if (!v.is_number()) fail(path, std::string("expected a number, got ") + type_name(v));
+    field(c) = v.get<double>();
+  };
+  k.check = [field, path, r](const Config& c) {
+    const double v = field(const_cast<Config&>(c));
+    if (!r.contains(v)) fail(path, "must be " + r.text() + ", got " + num(v));
+  };
+  return k;
+}
+
+template <class F>
+Key boolean(const std::string& path, F field, const std::string& doc) {
+  Key k = base_key(path, "boolean", doc, field);
+  k.set = [field, path](Config& c, const json& v) {
+    if (!v.is_boolean()) fail(path, std::string("expected true or false, got ") + type_name(v));
+    field(c) = v.get<bool>();
+  };
+  return k;
+}
+
+void read_string(const std::string& path, const json& v, std::string& out) {
+  if (!v.is_string()) fail(path, std::string("expected a string, got ") + type_name(v));
+  out = v.get<std::string>();
+}
+
+// A free string (a path); must_be_set: the empty string is refused.
+template <class F>
+Key text(const std::string& path, F field, bool must_be_set, const std::string& doc) {
+  Key k = base_key(path, "string", doc, field);
+  k.set = [field, path](Config& c, const json& v) { read_string(path, v, field(c)); };
+  if (must_be_set)
+    k.check = [field, path](const Config& c) {
+      if (field(const_cast<Config&>(c)).empty()) fail(path, "must not be empty");
+    };
+  return k;
+}
+
+// "one of `a` \| `b`" for the key table.
+std::string one_of(const std::vector<std::string>& names) {
+  std::string out = "one of ";
+  for (size_t i = 0; i < names.size(); ++i) out += (i ? " \\| `" : "`") + names[i] + "`";
+  return out;
 }
 
 void check_choice(const std::string& path, const std::string& value, const std::vector<std::string>& choices) {
@@ -133,258 +175,368 @@ void check_choice(const std::string& path, const std::string& value, const std::
     fail(path, "unknown value '" + value + "'. Valid options: " + join(choices));
 }
 
-json split_json(const SplitConfig& s) {
-  json j = json::object();
-  j["src"] = s.src;
-  j["tgt"] = s.tgt;
-  j["tsv"] = s.tsv;
-  j["align"] = s.align;
-  return j;
+// A string that must be one of choices.
+template <class F>
+Key choice(const std::string& path, F field, std::vector<std::string> choices, const std::string& doc) {
+  Key k = base_key(path, one_of(choices), doc, field);
+  k.set = [field, path](Config& c, const json& v) { read_string(path, v, field(c)); };
+  k.check = [field, path, choices](const Config& c) { check_choice(path, field(const_cast<Config&>(c)), choices); };
+  return k;
 }
 
-void check_split_files(const std::string& path, const SplitConfig& s) {
-  auto check = [&](const std::string& key, const std::string& file) {
-    if (file.empty()) return;
-    std::error_code ec;
-    if (!std::filesystem::is_regular_file(file, ec)) fail(path + "." + key, "file not found: " + file);
+// An enum read and written by name; an empty name (when allow_empty) is the enum's first value, "not given".
+template <class F, class E = FieldType<F>>
+Key enumeration(const std::string& path, F field, E (*parse)(const std::string&), std::vector<E> values, bool allow_empty,
+                const std::string& doc) {
+  std::vector<std::string> names;
+  for (E e : values) names.push_back(to_string(e));
+  Key k = base_key(path, one_of(names), doc, field);
+  k.get = [field](const Config& c) { return json(to_string(field(const_cast<Config&>(c)))); };
+  k.set = [field, path, parse, names, allow_empty](Config& c, const json& v) {
+    std::string s;
+    read_string(path, v, s);
+    if (s.empty() && allow_empty) {
+      field(c) = E{};
+      return;
+    }
+    if (std::find(names.begin(), names.end(), s) == names.end()) check_choice(path, s, names);
+    field(c) = parse(s);
   };
-  check("src", s.src);
-  check("tgt", s.tgt);
-  check("tsv", s.tsv);
-  check("align", s.align);
+  k.write_default = !allow_empty;
+  return k;
+}
+
+template <class F>
+Key integer_list(const std::string& path, F field, const std::string& doc) {
+  Key k = base_key(path, "list of integers", doc, field);
+  k.set = [field, path](Config& c, const json& v) {
+    if (!v.is_array()) fail(path, std::string("expected an array of integers, got ") + type_name(v));
+    std::vector<int> out;
+    for (size_t i = 0; i < v.size(); ++i) {
+      if (!v[i].is_number_integer() || v[i].get<int64_t>() < INT32_MIN || v[i].get<int64_t>() > INT32_MAX)
+        fail(path + "[" + std::to_string(i) + "]", std::string("expected an integer, got ") + type_name(v[i]));
+      out.push_back(v[i].get<int>());
+    }
+    field(c) = out;
+  };
+  return k;
+}
+
+// Every config key, in the order of configs/README.md. The one place a key's name is spelled.
+const std::vector<Key>& keys() {
+  static const std::vector<Key> table = [] {
+    std::vector<Key> t;
+    t.push_back(text("run_dir", [](Config& c) -> std::string& { return c.run_dir; }, true,
+                     "where checkpoints, vocabularies, logs and metrics go"));
+    {
+      Key k = text("device", [](Config& c) -> std::string& { return c.device; }, false,
+                   "`auto` (CUDA when available) \\| `cpu` \\| `cuda` \\| `cuda:N`; `--device` overrides");
+      k.check = [](const Config& c) {
+        const std::string& d = c.device;
+        bool ok = d == "auto" || d == "cpu" || d == "cuda";
+        if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5) ok = d.find_first_not_of("0123456789", 5) == std::string::npos;
+        if (!ok) fail("device", "unknown value '" + d + "'. Valid options: auto, cpu, cuda, cuda:N");
+      };
+      t.push_back(k);
+    }
+#define ATTNMT_SPLIT_KEYS(NAME, WHAT)                                                                                   \
+  t.push_back(text("data." #NAME ".src", [](Config& c) -> std::string& { return c.data.NAME.src; }, false,             \
+                   WHAT ": source-side file, one sentence per line"));                                                \
+  t.push_back(text("data." #NAME ".tgt", [](Config& c) -> std::string& { return c.data.NAME.tgt; }, false,             \
+                   WHAT ": target-side file, line-aligned with src"));                                                \
+  t.push_back(text("data." #NAME ".tsv", [](Config& c) -> std::string& { return c.data.NAME.tsv; }, false,             \
+                   WHAT ": instead of src/tgt, one TSV file `src<TAB>tgt[<TAB>ignored...]`"));                        \
+  t.push_back(text("data." #NAME ".align", [](Config& c) -> std::string& { return c.data.NAME.align; }, false,         \
+                   WHAT ": gold alignments, Pharaoh `i-j` (0-based source-target); used for AER"));
+    ATTNMT_SPLIT_KEYS(train, "training pairs")
+    ATTNMT_SPLIT_KEYS(valid, "validation pairs")
+    ATTNMT_SPLIT_KEYS(test, "test pairs (`evaluate`)")
+#undef ATTNMT_SPLIT_KEYS
+    t.push_back(integer("data.max_len", [](Config& c) -> int& { return c.data.max_len; }, closed(1, 1000),
+                        "training/validation pairs with a side longer than this (tokens) are dropped and counted"));
+    t.push_back(boolean("data.lowercase", [](Config& c) -> bool& { return c.data.lowercase; }, "lowercase before tokenizing"));
+    t.push_back(choice("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; }, {"space", "13a"},
+                       "`space`: pre-tokenized text; `13a`: sacreBLEU's 13a rules"));
+    t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
+                        "keep source tokens seen at least this often"));
+    t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
+                        at_least(0, "0 = no limit"), "keep at most this many source tokens besides the specials"));
+    t.push_back(integer("data.tgt_vocab.min_freq", [](Config& c) -> int& { return c.data.tgt_vocab.min_freq; }, at_least(1),
+                        "keep target tokens seen at least this often"));
+    t.push_back(integer("data.tgt_vocab.max_size", [](Config& c) -> int& { return c.data.tgt_vocab.max_size; },
+                        at_least(0, "0 = no limit"), "keep at most this many target tokens besides the specials"));
+
+    t.push_back(enumeration("model.rnn", [](Config& c) -> RnnCell& { return c.model.rnn; }, rnn_cell_from_string,
+                            {RnnCell::kGru, RnnCell::kLstm}, false, "recurrent cell of encoder and decoder"));
+    t.push_back(integer("model.embed_dim", [](Config& c) -> int& { return c.model.embed_dim; }, closed(1, 65536),
+                        "embedding size (source and target)"));
+    t.push_back(integer("model.hidden_dim", [](Config& c) -> int& { return c.model.hidden_dim; }, closed(1, 65536),
+                        "decoder state size; a bidirectional encoder gives each direction half of it (must be even then)"));
+    t.push_back(integer("model.encoder_layers", [](Config& c) -> int& { return c.model.encoder_layers; }, closed(1, 16),
+                        "stacked encoder RNN layers"));
+    t.push_back(integer("model.decoder_layers", [](Config& c) -> int& { return c.model.decoder_layers; }, closed(1, 16),
+                        "stacked decoder RNN layers"));
+    t.push_back(boolean("model.bidirectional", [](Config& c) -> bool& { return c.model.bidirectional; }, "bidirectional encoder"));
+    t.push_back(number("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, half_open(0, 1),
+                       "dropout on embeddings, between layers and before the output layer"));
+    t.push_back(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
+                        "`luong`/`scaled_dot` only: feed the attentional state into the next step"));
+    t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
+                            attention_type_from_string,
+                            {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong, AttentionType::kScaledDot},
+                            false, "how the decoder gets its context; `none` is the fixed context vector"));
+    t.push_back(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
+                            luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat}, true,
+                            "`luong` only: the score function (not given: `general`)"));
+    t.push_back(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; }, closed(1, 1024),
+                        "`scaled_dot` only: attention heads; must divide the attention dimension"));
+    t.push_back(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
+                        at_least(0, "0 = hidden_dim"), "attention dimension of `bahdanau`, luong `concat` and `scaled_dot`"));
+
+    t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
+                        "passes over the training data"));
+    t.push_back(integer("train.max_steps", [](Config& c) -> long& { return c.train.max_steps; }, at_least(0, "0 = no limit"),
+                        "stop after this many updates"));
+    t.push_back(number("train.max_minutes", [](Config& c) -> double& { return c.train.max_minutes; }, at_least(0, "0 = no limit"),
+                       "stop after this much training time"));
+    t.push_back(integer("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, closed(1, 100000),
+                        "sentence pairs per batch (length-bucketed)"));
+    t.push_back(number("train.lr", [](Config& c) -> double& { return c.train.lr; }, {0, 10, true, false, ""},
+                       "Adam learning rate"));
+    t.push_back(number("train.clip_norm", [](Config& c) -> double& { return c.train.clip_norm; }, at_least(0, "0 = off"),
+                       "gradient clipping by global norm"));
+    t.push_back(number("train.teacher_forcing", [](Config& c) -> double& { return c.train.teacher_forcing; }, closed(0, 1),
+                       "probability of feeding the gold previous token (else the model's own prediction)"));
+    t.push_back(number("train.label_smoothing", [](Config& c) -> double& { return c.train.label_smoothing; }, half_open(0, 1),
+                       "label smoothing of the cross-entropy loss"));
+    t.push_back(integer("train.seed", [](Config& c) -> int& { return c.train.seed; }, at_least(0),
+                        "seed for initialisation, shuffling and dropout"));
+    t.push_back(integer("train.valid_every", [](Config& c) -> long& { return c.train.valid_every; },
+                        at_least(0, "0 = epoch end only"), "validate every this many steps, and at each epoch end"));
+    t.push_back(integer("train.log_every", [](Config& c) -> long& { return c.train.log_every; }, at_least(1),
+                        "plain progress line every this many steps when stderr is not a terminal"));
+    t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
+                       {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
+    t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },
+                        at_least(0, "0 = never stop early"), "stop after this many validations without improvement"));
+    t.push_back(choice("train.lr_schedule.type", [](Config& c) -> std::string& { return c.train.lr_schedule.type; },
+                       {"none", "plateau"}, "`plateau`: reduce the learning rate when the early-stopping metric stalls"));
+    t.push_back(number("train.lr_schedule.factor", [](Config& c) -> double& { return c.train.lr_schedule.factor; }, open(0, 1),
+                       "plateau: multiply the learning rate by this"));
+    t.push_back(integer("train.lr_schedule.patience", [](Config& c) -> int& { return c.train.lr_schedule.patience; }, at_least(0),
+                        "plateau: validations without improvement before reducing"));
+    t.push_back(number("train.lr_schedule.min_lr", [](Config& c) -> double& { return c.train.lr_schedule.min_lr; }, at_least(0),
+                       "plateau: never go below this"));
+
+    t.push_back(integer("eval.beam_size", [](Config& c) -> int& { return c.eval.beam_size; }, closed(1, 100),
+                        "beam width (1 = greedy)"));
+    t.push_back(number("eval.length_penalty", [](Config& c) -> double& { return c.eval.length_penalty; }, closed(0, 5),
+                       "GNMT length penalty α, ((5+len)/6)^α; 0 = raw log-probability"));
+    t.push_back(number("eval.max_len_ratio", [](Config& c) -> double& { return c.eval.max_len_ratio; }, above(0),
+                       "decode at most `max_len_ratio × src_len + 10` tokens"));
+    t.push_back(integer("eval.batch_size", [](Config& c) -> int& { return c.eval.batch_size; }, closed(1, 100000),
+                        "sentences decoded at once"));
+    {
+      Key k = integer_list("eval.buckets", [](Config& c) -> std::vector<int>& { return c.eval.buckets; },
+                           "upper edges of the source-length buckets of BLEU by length (a last bucket takes the rest)");
+      k.check = [](const Config& c) {
+        const auto& b = c.eval.buckets;
+        if (b.empty()) fail("eval.buckets", "must list at least one bucket edge");
+        for (size_t i = 0; i < b.size(); ++i) {
+          if (b[i] < 1) fail("eval.buckets[" + std::to_string(i) + "]", "must be >= 1");
+          if (i > 0 && b[i] <= b[i - 1]) fail("eval.buckets[" + std::to_string(i) + "]", "edges must be strictly increasing");
+        }
+      };
+      t.push_back(k);
+    }
+    return t;
+  }();
+  return table;
+}
+
+// Keys that older versions read and this one ignores (with a warning), so that older run directories load.
+const std::vector<std::pair<std::string, std::string>>& retired_keys() {
+  static const std::vector<std::pair<std::string, std::string>> r = {
+      {"train.valid_beam", "validation BLEU is always greedy"}};
+  return r;
+}
+
+std::string parent_of(const std::string& path) {
+  auto dot = path.rfind('.');
+  return dot == std::string::npos ? "" : path.substr(0, dot);
+}
+
+bool is_section(const std::string& path) {
+  for (const auto& k : keys())
+    if (k.path.rfind(path + ".", 0) == 0) return true;
+  return false;
+}
+
+// The names valid directly under section `prefix` ("" = the top level), in table order.
+std::vector<std::string> children(const std::string& prefix) {
+  std::vector<std::string> out;
+  for (const auto& k : keys()) {
+    std::string rest = prefix.empty() ? k.path : (k.path.rfind(prefix + ".", 0) == 0 ? k.path.substr(prefix.size() + 1) : "");
+    if (rest.empty()) continue;
+    std::string name = rest.substr(0, rest.find('.'));
+    if (std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+const Key* find_key(const std::string& path) {
+  for (const auto& k : keys())
+    if (k.path == path) return &k;
+  return nullptr;
+}
+
+void read_section(Config& c, const json& j, const std::string& prefix) {
+  if (!j.is_object()) fail(prefix.empty() ? "<root>" : prefix, std::string("expected an object, got ") + type_name(j));
+  for (const auto& [name, value] : j.items()) {
+    const std::string path = prefix.empty() ? name : prefix + "." + name;
+    if (const Key* k = find_key(path)) {
+      k->set(c, value);
+    } else if (is_section(path)) {
+      read_section(c, value, path);
+    } else {
+      auto retired = std::find_if(retired_keys().begin(), retired_keys().end(), [&](const auto& r) { return r.first == path; });
+      if (retired != retired_keys().end())
+        spdlog::warn("config: {}: no longer used ({}); ignored", path, retired->second);
+      else
+        fail(path, "unknown key (valid keys here: " + join(children(prefix)) + ")");
+    }
+  }
+}
+
+void set_path(json& root, const std::string& path, json value) {
+  json* node = &root;
+  std::stringstream ss(path);
+  std::vector<std::string> parts;
+  for (std::string p; std::getline(ss, p, '.');) parts.push_back(p);
+  for (size_t i = 0; i + 1 < parts.size(); ++i) node = &(*node)[parts[i]];
+  (*node)[parts.back()] = std::move(value);
 }
 
 }  // namespace
 
-std::string effective_score(const AttentionConfig& a) {
-  if (a.type != "luong") return "";
-  return a.score.empty() ? "general" : a.score;
+std::string to_string(RnnCell c) { return c == RnnCell::kLstm ? "lstm" : "gru"; }
+std::string to_string(AttentionType t) {
+  switch (t) {
+    case AttentionType::kNone: return "none";
+    case AttentionType::kBahdanau: return "bahdanau";
+    case AttentionType::kLuong: return "luong";
+    case AttentionType::kScaledDot: return "scaled_dot";
+  }
+  return "?";
+}
+std::string to_string(LuongScore s) {
+  switch (s) {
+    case LuongScore::kDefault: return "";
+    case LuongScore::kDot: return "dot";
+    case LuongScore::kGeneral: return "general";
+    case LuongScore::kConcat: return "concat";
+  }
+  return "?";
+}
+
+namespace {
+template <class E>
+E parse_enum(const std::string& s, std::initializer_list<E> values, const char* what) {
+  std::vector<std::string> names;
+  for (E e : values) {
+    if (to_string(e) == s) return e;
+    names.push_back(to_string(e));
+  }
+  throw UsageError(std::string("unknown ") + what + " '" + s + "'. Valid options: " + join(names));
+}
+}  // namespace
+
+RnnCell rnn_cell_from_string(const std::string& s) { return parse_enum(s, {RnnCell::kGru, RnnCell::kLstm}, "cell"); }
+AttentionType attention_type_from_string(const std::string& s) {
+  return parse_enum(s, {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong, AttentionType::kScaledDot},
+                    "attention type");
+}
+LuongScore luong_score_from_string(const std::string& s) {
+  return parse_enum(s, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat}, "attention score");
+}
+
+LuongScore effective_score(const AttentionConfig& a) {
+  if (a.type != AttentionType::kLuong) return LuongScore::kDefault;
+  return a.score == LuongScore::kDefault ? LuongScore::kGeneral : a.score;
 }
 
 int effective_attention_dim(const ModelConfig& m) { return m.attention.dim > 0 ? m.attention.dim : m.hidden_dim; }
 
+std::string config_key(const Config& c, const void* field) {
+  for (const auto& k : keys())
+    if (k.address(c) == field) return k.path;
+  throw std::logic_error("config_key: not the address of a config key");
+}
+
 Config config_from_json(const json& j) {
   Config c;
-  ObjectReader root(j, "");
-  root.get("run_dir", c.run_dir);
-  root.get("device", c.device);
-  root.object("data", [&](ObjectReader& r) {
-    r.object("train", [&](ObjectReader& s) { read_split(s, c.data.train); });
-    r.object("valid", [&](ObjectReader& s) { read_split(s, c.data.valid); });
-    r.object("test", [&](ObjectReader& s) { read_split(s, c.data.test); });
-    r.get("max_len", c.data.max_len);
-    r.get("lowercase", c.data.lowercase);
-    r.get("tokenizer", c.data.tokenizer);
-    r.object("src_vocab", [&](ObjectReader& v) { read_vocab(v, c.data.src_vocab); });
-    r.object("tgt_vocab", [&](ObjectReader& v) { read_vocab(v, c.data.tgt_vocab); });
-  });
-  root.object("model", [&](ObjectReader& r) {
-    r.get("rnn", c.model.rnn);
-    r.get("embed_dim", c.model.embed_dim);
-    r.get("hidden_dim", c.model.hidden_dim);
-    r.get("encoder_layers", c.model.encoder_layers);
-    r.get("decoder_layers", c.model.decoder_layers);
-    r.get("bidirectional", c.model.bidirectional);
-    r.get("dropout", c.model.dropout);
-    r.get("input_feeding", c.model.input_feeding);
-    r.object("attention", [&](ObjectReader& a) {
-      a.get("type", c.model.attention.type);
-      a.get("score", c.model.attention.score);
-      a.get("heads", c.model.attention.heads);
-      a.get("dim", c.model.attention.dim);
-    });
-  });
-  root.object("train", [&](ObjectReader& r) {
-    r.get("epochs", c.train.epochs);
-    r.get("max_steps", c.train.max_steps);
-    r.get("max_minutes", c.train.max_minutes);
-    r.get("batch_size", c.train.batch_size);
-    r.get("lr", c.train.lr);
-    r.get("clip_norm", c.train.clip_norm);
-    r.get("teacher_forcing", c.train.teacher_forcing);
-    r.get("label_smoothing", c.train.label_smoothing);
-    r.get("seed", c.train.seed);
-    r.get("valid_every", c.train.valid_every);
-    r.get("log_every", c.train.log_every);
-    r.get("valid_beam", c.train.valid_beam);
-    r.object("early_stopping", [&](ObjectReader& e) {
-      e.get("metric", c.train.early_stopping.metric);
-      e.get("patience", c.train.early_stopping.patience);
-    });
-    r.object("lr_schedule", [&](ObjectReader& s) {
-      s.get("type", c.train.lr_schedule.type);
-      s.get("factor", c.train.lr_schedule.factor);
-      s.get("patience", c.train.lr_schedule.patience);
-      s.get("min_lr", c.train.lr_schedule.min_lr);
-    });
-  });
-  root.object("eval", [&](ObjectReader& r) {
-    r.get("beam_size", c.eval.beam_size);
-    r.get("length_penalty", c.eval.length_penalty);
-    r.get("max_len_ratio", c.eval.max_len_ratio);
-    r.get("batch_size", c.eval.batch_size);
-    r.get("buckets", c.eval.buckets);
-  });
-  root.finish();
+  read_section(c, j, "");
   validate(c);
   return c;
 }
 
-void validate(const Config& c) {
-  auto positive = [](const std::string& path, double v) {
-    if (!(v > 0)) fail(path, "must be > 0, got " + std::to_string(v));
-  };
-  auto non_negative = [](const std::string& path, double v) {
-    if (!(v >= 0)) fail(path, "must be >= 0, got " + std::to_string(v));
-  };
-  auto in_range = [](const std::string& path, double v, double lo, double hi) {
-    if (!(v >= lo && v <= hi))
-      fail(path, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + std::to_string(v));
-  };
-  if (c.run_dir.empty()) fail("run_dir", "must not be empty");
-  {
-    const std::string& d = c.device;
-    bool ok = d == "auto" || d == "cpu" || d == "cuda";
-    if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5)
-      ok = d.find_first_not_of("0123456789", 5) == std::string::npos;
-    if (!ok) fail("device", "unknown value '" + d + "'. Valid options: auto, cpu, cuda, cuda:N");
+json config_to_json(const Config& c) {
+  json j = json::object();
+  const Config defaults;
+  for (const auto& k : keys()) {
+    json v = k.get(c);
+    if (!k.write_default && v == k.get(defaults)) continue;
+    set_path(j, k.path, std::move(v));
   }
-
-  // data
-  auto split = [&](const std::string& name, const SplitConfig& s) {
-    const std::string p = "data." + name;
-    if (!s.tsv.empty() && (!s.src.empty() || !s.tgt.empty()))
-      fail(p + ".tsv", "give either tsv or src/tgt, not both");
-    if (s.src.empty() != s.tgt.empty()) fail(p + (s.src.empty() ? ".src" : ".tgt"), "src and tgt must be given together");
-  };
-  split("train", c.data.train);
-  split("valid", c.data.valid);
-  split("test", c.data.test);
-  if (c.data.max_len < 1 || c.data.max_len > 1000) in_range("data.max_len", c.data.max_len, 1, 1000);
-  check_choice("data.tokenizer", c.data.tokenizer, {"space", "13a"});
-  for (const auto& [name, v] : {std::pair{"src_vocab", c.data.src_vocab}, std::pair{"tgt_vocab", c.data.tgt_vocab}}) {
-    if (v.min_freq < 1) fail(std::string("data.") + name + ".min_freq", "must be >= 1, got " + std::to_string(v.min_freq));
-    if (v.max_size < 0) fail(std::string("data.") + name + ".max_size", "must be >= 0 (0 = no limit), got " + std::to_string(v.max_size));
-  }
-
-  // model
-  const auto& m = c.model;
-  check_choice("model.rnn", m.rnn, {"gru", "lstm"});
-  in_range("model.embed_dim", m.embed_dim, 1, 65536);
-  in_range("model.hidden_dim", m.hidden_dim, 1, 65536);
-  in_range("model.encoder_layers", m.encoder_layers, 1, 16);
-  in_range("model.decoder_layers", m.decoder_layers, 1, 16);
-  if (!(m.dropout >= 0 && m.dropout < 1)) fail("model.dropout", "must be in [0, 1), got " + std::to_string(m.dropout));
-  if (m.bidirectional && m.hidden_dim % 2 != 0)
-    fail("model.hidden_dim", "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
-                                 std::to_string(m.hidden_dim));
-  const auto& a = m.attention;
-  check_choice("model.attention.type", a.type, {"none", "bahdanau", "luong", "scaled_dot"});
-  if (!a.score.empty()) {
-    if (a.type != "luong") fail("model.attention.score", "only applies to type 'luong', not '" + a.type + "'");
-    check_choice("model.attention.score", a.score, {"dot", "general", "concat"});
-  }
-  if (a.heads < 1) fail("model.attention.heads", "must be >= 1, got " + std::to_string(a.heads));
-  if (a.heads != 1 && a.type != "scaled_dot")
-    fail("model.attention.heads", "only applies to type 'scaled_dot', not '" + a.type + "'");
-  if (a.dim < 0) fail("model.attention.dim", "must be >= 0 (0 = hidden_dim), got " + std::to_string(a.dim));
-  if (a.dim > 0 && (a.type == "none" || (a.type == "luong" && effective_score(a) != "concat")))
-    fail("model.attention.dim", "has no effect for type '" + a.type + "'" +
-                                    (a.type == "luong" ? " with score '" + effective_score(a) + "'" : std::string()));
-  if (a.type == "scaled_dot" && effective_attention_dim(m) % a.heads != 0)
-    fail("model.attention.heads", std::to_string(a.heads) + " heads do not divide the attention dimension " +
-                                      std::to_string(effective_attention_dim(m)));
-  if (m.input_feeding && a.type != "luong" && a.type != "scaled_dot")
-    fail("model.input_feeding", "only applies to types 'luong' and 'scaled_dot', not '" + a.type + "'");
-
-  // train
-  const auto& t = c.train;
-  in_range("train.epochs", t.epochs, 1, 100000);
-  non_negative("train.max_steps", t.max_steps);
-  non_negative("train.max_minutes", t.max_minutes);
-  in_range("train.batch_size", t.batch_size, 1, 100000);
-  positive("train.lr", t.lr);
-  if (t.lr > 10) fail("train.lr", "must be <= 10, got " + std::to_string(t.lr));
-  non_negative("train.clip_norm", t.clip_norm);
-  in_range("train.teacher_forcing", t.teacher_forcing, 0, 1);
-  if (!(t.label_smoothing >= 0 && t.label_smoothing < 1))
-    fail("train.label_smoothing", "must be in [0, 1), got " + std::to_string(t.label_smoothing));
-  if (t.seed < 0) fail("train.seed", "must be >= 0, got " + std::to_string(t.seed));
-  non_negative("train.valid_every", t.valid_every);
-  positive("train.log_every", t.log_every);
-  in_range("train.valid_beam", t.valid_beam, 1, 100);
-  check_choice("train.early_stopping.metric", t.early_stopping.metric, {"bleu", "ppl"});
-  if (t.early_stopping.patience < 0) fail("train.early_stopping.patience", "must be >= 0 (0 = never stop early)");
-  check_choice("train.lr_schedule.type", t.lr_schedule.type, {"none", "plateau"});
-  if (!(t.lr_schedule.factor > 0 && t.lr_schedule.factor < 1))
-    fail("train.lr_schedule.factor", "must be in (0, 1), got " + std::to_string(t.lr_schedule.factor));
-  if (t.lr_schedule.patience < 0) fail("train.lr_schedule.patience", "must be >= 0");
-  non_negative("train.lr_schedule.min_lr", t.lr_schedule.min_lr);
-
-  // eval
-  const auto& e = c.eval;
-  in_range("eval.beam_size", e.beam_size, 1, 100);
-  if (!(e.length_penalty >= 0 && e.length_penalty <= 5))
-    fail("eval.length_penalty", "must be in [0, 5], got " + std::to_string(e.length_penalty));
-  positive("eval.max_len_ratio", e.max_len_ratio);
-  in_range("eval.batch_size", e.batch_size, 1, 100000);
-  if (e.buckets.empty()) fail("eval.buckets", "must list at least one bucket edge");
-  for (size_t i = 0; i < e.buckets.size(); ++i) {
-    if (e.buckets[i] < 1) fail("eval.buckets[" + std::to_string(i) + "]", "must be >= 1");
-    if (i > 0 && e.buckets[i] <= e.buckets[i - 1])
-      fail("eval.buckets[" + std::to_string(i) + "]", "edges must be strictly increasing");
-  }
+  return j;
 }
 
-json config_to_json(const Config& c) {
-  json j;
-  j["run_dir"] = c.run_dir;
-  j["device"] = c.device;
-  auto& d = j["data"];
-  d["train"] = split_json(c.data.train);
-  d["valid"] = split_json(c.data.valid);
-  d["test"] = split_json(c.data.test);
-  d["max_len"] = c.data.max_len;
-  d["lowercase"] = c.data.lowercase;
-  d["tokenizer"] = c.data.tokenizer;
-  d["src_vocab"] = {{"min_freq", c.data.src_vocab.min_freq}, {"max_size", c.data.src_vocab.max_size}};
-  d["tgt_vocab"] = {{"min_freq", c.data.tgt_vocab.min_freq}, {"max_size", c.data.tgt_vocab.max_size}};
-  auto& m = j["model"];
-  m["rnn"] = c.model.rnn;
-  m["embed_dim"] = c.model.embed_dim;
-  m["hidden_dim"] = c.model.hidden_dim;
-  m["encoder_layers"] = c.model.encoder_layers;
-  m["decoder_layers"] = c.model.decoder_layers;
-  m["bidirectional"] = c.model.bidirectional;
-  m["dropout"] = c.model.dropout;
-  m["input_feeding"] = c.model.input_feeding;
-  m["attention"] = {{"type", c.model.attention.type}, {"heads", c.model.attention.heads}, {"dim", c.model.attention.dim}};
-  if (!c.model.attention.score.empty()) m["attention"]["score"] = c.model.attention.score;
-  auto& t = j["train"];
-  t["epochs"] = c.train.epochs;
-  t["max_steps"] = c.train.max_steps;
-  t["max_minutes"] = c.train.max_minutes;
-  t["batch_size"] = c.train.batch_size;
-  t["lr"] = c.train.lr;
-  t["clip_norm"] = c.train.clip_norm;
-  t["teacher_forcing"] = c.train.teacher_forcing;
-  t["label_smoothing"] = c.train.label_smoothing;
-  t["seed"] = c.train.seed;
-  t["valid_every"] = c.train.valid_every;
-  t["log_every"] = c.train.log_every;
-  t["valid_beam"] = c.train.valid_beam;
-  t["early_stopping"] = {{"metric", c.train.early_stopping.metric}, {"patience", c.train.early_stopping.patience}};
-  t["lr_schedule"] = {{"type", c.train.lr_schedule.type},
-                      {"factor", c.train.lr_schedule.factor},
-                      {"patience", c.train.lr_schedule.patience},
-                      {"min_lr", c.train.lr_schedule.min_lr}};
-  auto& e = j["eval"];
-  e["beam_size"] = c.eval.beam_size;
-  e["length_penalty"] = c.eval.length_penalty;
-  e["max_len_ratio"] = c.eval.max_len_ratio;
-  e["batch_size"] = c.eval.batch_size;
-  e["buckets"] = c.eval.buckets;
-  return j;
+std::string config_split_path(const Config& c, const SplitConfig& split) { return parent_of(config_key(c, &split.src)); }
+
+bool same_model_and_data(const Config& a, const Config& b) {
+  json ja = config_to_json(a), jb = config_to_json(b);
+  return ja["model"] == jb["model"] && ja["data"] == jb["data"];
+}
+
+void validate(const Config& c) {
+  for (const auto& k : keys()) k.check(c);
+  auto key = [&](const auto& field) { return config_key(c, &field); };
+  // data: a split is src and tgt, or a TSV file
+  for (const SplitConfig* s : {&c.data.train, &c.data.valid, &c.data.test}) {
+    if (!s->tsv.empty() && (!s->src.empty() || !s->tgt.empty())) fail(key(s->tsv), "give either tsv or src/tgt, not both");
+    if (s->src.empty() != s->tgt.empty()) fail(s->src.empty() ? key(s->src) : key(s->tgt), "src and tgt must be given together");
+  }
+  // model
+  const auto& m = c.model;
+  if (m.bidirectional && m.hidden_dim % 2 != 0)
+    fail(key(m.hidden_dim), "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
+                                std::to_string(m.hidden_dim));
+  const auto& a = m.attention;
+  const std::string type = to_string(a.type);
+  if (a.score != LuongScore::kDefault && a.type != AttentionType::kLuong)
+    fail(key(a.score), "only applies to type 'luong', not '" + type + "'");
+  if (a.heads != 1 && a.type != AttentionType::kScaledDot)
+    fail(key(a.heads), "only applies to type 'scaled_dot', not '" + type + "'");
+  if (a.dim > 0 && (a.type == AttentionType::kNone || (a.type == AttentionType::kLuong && effective_score(a) != LuongScore::kConcat)))
+    fail(key(a.dim), "has no effect for type '" + type + "'" +
+                         (a.type == AttentionType::kLuong ? " with score '" + to_string(effective_score(a)) + "'" : std::string()));
+  if (a.type == AttentionType::kScaledDot && effective_attention_dim(m) % a.heads != 0)
+    fail(key(a.heads), std::to_string(a.heads) + " heads do not divide the attention dimension " +
+                           std::to_string(effective_attention_dim(m)));
+  if (m.input_feeding && a.type != AttentionType::kLuong && a.type != AttentionType::kScaledDot)
+    fail(key(m.input_feeding), "only applies to types 'luong' and 'scaled_dot', not '" + type + "'");
+}
+
+std::string config_keys_markdown() {
+  const Config defaults;
+  std::ostringstream o;
+  o << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : keys()) {
+    json d = k.get(defaults);
+    std::string shown = d.is_string() && d.get<std::string>().empty() ? "not given" : "`" + d.dump() + "`";
+    o << "| `" << k.path << "` | " << k.type << " | " << shown << " | " << k.doc << " |\n";
+  }
+  return o.str();
 }
 
 void apply_override(json& j, const std::string& assignment) {
@@ -446,13 +598,21 @@ Config load_config(const std::string& file, const std::vector<std::string>& over
 }
 
 void check_data_files(const Config& c, bool for_training) {
+  auto key = [&](const std::string& field) { return config_key(c, &field); };
+  auto check_split = [&](const SplitConfig& s) {
+    for (const std::string* f : {&s.src, &s.tgt, &s.tsv, &s.align}) {
+      std::error_code ec;
+      if (!f->empty() && !std::filesystem::is_regular_file(*f, ec)) fail(key(*f), "file not found: " + *f);
+    }
+  };
   if (for_training) {
-    if (c.data.train.src.empty() && c.data.train.tsv.empty()) fail("data.train", "no training data (give src/tgt or tsv)");
-    if (c.data.valid.src.empty() && c.data.valid.tsv.empty()) fail("data.valid", "no validation data (give src/tgt or tsv)");
-    check_split_files("data.train", c.data.train);
-    check_split_files("data.valid", c.data.valid);
+    for (const SplitConfig* s : {&c.data.train, &c.data.valid})
+      if (s->src.empty() && s->tsv.empty())
+        fail(parent_of(key(s->src)), std::string("no ") + (s == &c.data.train ? "training" : "validation") + " data (give src/tgt or tsv)");
+    check_split(c.data.train);
+    check_split(c.data.valid);
   }
-  check_split_files("data.test", c.data.test);
+  check_split(c.data.test);
 }
 
 }  // namespace attnmt

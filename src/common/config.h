@@ -1,4 +1,7 @@
-// Typed configuration: one struct per JSON section, strict parsing, one validate().
+// Typed configuration: one struct per JSON section. Every key is declared once, in the key table of
+// config.cpp (path, type, range or choices, one-line doc), which drives strict parsing, validate(),
+// writing config.json and the key list of configs/README.md (config_keys_markdown()). Defaults are the
+// member initializers below.
 #pragma once
 #include <string>
 #include <vector>
@@ -30,15 +33,29 @@ struct DataConfig {
   VocabConfig tgt_vocab;          // target vocabulary limits
 };
 
+enum class RnnCell { kGru, kLstm };
+enum class AttentionType { kNone, kBahdanau, kLuong, kScaledDot };
+// kDefault: not given (luong then scores with "general"); any other value applies to luong only.
+enum class LuongScore { kDefault, kDot, kGeneral, kConcat };
+
+// The names used in configs, checkpoints and messages ("gru", "scaled_dot", "general"; kDefault is "").
+std::string to_string(RnnCell c);
+std::string to_string(AttentionType t);
+std::string to_string(LuongScore s);
+// The inverse; UsageError listing the valid names on anything else.
+RnnCell rnn_cell_from_string(const std::string& s);
+AttentionType attention_type_from_string(const std::string& s);
+LuongScore luong_score_from_string(const std::string& s);
+
 struct AttentionConfig {
-  std::string type = "bahdanau";  // none | bahdanau | luong | scaled_dot
-  std::string score;              // luong only: dot | general | concat (default general)
+  AttentionType type = AttentionType::kBahdanau;
+  LuongScore score = LuongScore::kDefault;  // luong only: dot | general | concat (default general)
   int heads = 1;                  // scaled_dot only: number of heads
   int dim = 0;                    // attention dimension for bahdanau/concat/scaled_dot (0 = hidden_dim)
 };
 
 struct ModelConfig {
-  std::string rnn = "gru";   // gru | lstm
+  RnnCell rnn = RnnCell::kGru;
   int embed_dim = 64;        // embedding size (source and target)
   int hidden_dim = 128;      // decoder hidden size; encoder per-direction size is hidden/2 when bidirectional
   int encoder_layers = 1;    // stacked encoder RNN layers
@@ -73,7 +90,6 @@ struct TrainConfig {
   int seed = 1;                  // seed for initialisation, shuffling and dropout
   long valid_every = 0;          // validate every this many steps, and at each epoch end (0 = epoch end only)
   long log_every = 50;           // plain log line every this many steps when not on a terminal
-  int valid_beam = 1;            // beam size for the validation BLEU (1 = greedy)
   EarlyStoppingConfig early_stopping;  // when to stop, which checkpoint is best
   LrScheduleConfig lr_schedule;        // learning-rate schedule
 };
@@ -112,11 +128,25 @@ Config load_config(const std::string& file, const std::vector<std::string>& over
 // Reads a JSON file; throws UsageError naming the file on a missing file or a syntax error.
 nlohmann::json read_json_file(const std::string& file);
 
+// The JSON path of a config field, e.g. config_key(c, &c.train.lr) == "train.lr" (for messages outside
+// config.cpp, so that a key is spelled only in the key table). Throws std::logic_error for a non-key address.
+std::string config_key(const Config& c, const void* field);
+
+// The JSON path of one of c's data splits, e.g. "data.train".
+std::string config_split_path(const Config& c, const SplitConfig& split);
+
+// True when the model and data sections of a and b are the same (what resuming a run requires).
+bool same_model_and_data(const Config& a, const Config& b);
+
+// The markdown table of every key (key, type, default, meaning) that configs/README.md holds between
+// the lines "<!-- keys:begin -->" and "<!-- keys:end -->".
+std::string config_keys_markdown();
+
 // Checks that the data files a config names exist (what train needs, or only the test split).
 void check_data_files(const Config& c, bool for_training);
 
-// Effective attention score for luong ("general" when unset).
-std::string effective_score(const AttentionConfig& a);
+// Effective attention score: luong's score (general when not given); kDefault for other types.
+LuongScore effective_score(const AttentionConfig& a);
 // Effective attention dimension (dim, or hidden_dim when 0).
 int effective_attention_dim(const ModelConfig& m);
 

@@ -45,10 +45,10 @@ ParallelText read_tsv(const std::string& path) {
   return p;
 }
 
-ParallelText read_split(const SplitConfig& split, const std::string& name) {
+ParallelText read_split(const SplitConfig& split, const std::string& path) {
   if (!split.tsv.empty()) return read_tsv(split.tsv);
   if (!split.src.empty() && !split.tgt.empty()) return read_parallel(split.src, split.tgt);
-  throw UsageError("data." + name + ": no files given (set src and tgt, or tsv)");
+  throw UsageError(path + ": no files given (set src and tgt, or tsv)");
 }
 
 TokenizedCorpus tokenize_corpus(const ParallelText& text, TokenizerKind kind, bool lowercase, int max_len) {

@@ -25,7 +25,7 @@ ParallelText read_parallel(const std::string& src_path, const std::string& tgt_p
 // "src<TAB>tgt[<TAB>anything]"; throws UsageError naming the line without a tab.
 ParallelText read_tsv(const std::string& path);
 // Reads whichever form the split config gives; throws UsageError when the split has no data.
-ParallelText read_split(const SplitConfig& split, const std::string& name);
+ParallelText read_split(const SplitConfig& split, const std::string& path);
 
 struct Example {
   std::vector<std::string> src;  // source tokens

@@ -205,8 +205,8 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
   if (src.empty()) {
     if (req.split != "test" && req.split != "valid") throw UsageError("--split: unknown value '" + req.split + "'. Valid options: test, valid");
     const SplitConfig& s = req.split == "test" ? run.cfg.data.test : run.cfg.data.valid;
-    if (!s.tsv.empty()) throw UsageError("data." + req.split + ".tsv: evaluation reads src/tgt files; pass --src and --ref");
-    if (s.src.empty()) throw UsageError("data." + req.split + ": the run's config names no files; pass --src and --ref");
+    if (!s.tsv.empty()) throw UsageError(config_key(run.cfg, &s.tsv) + ": evaluation reads src/tgt files; pass --src and --ref");
+    if (s.src.empty()) throw UsageError(config_split_path(run.cfg, s) + ": the run's config names no files; pass --src and --ref");
     src = s.src;
     ref = s.tgt;
     if (align.empty()) align = s.align;

@@ -27,10 +27,10 @@ std::string fmt(const char* f, double v) {
 
 std::string describe_attention(const ModelConfig& m) {
   const auto& a = m.attention;
-  if (a.type == "luong") return "luong/" + effective_score(a) + (m.input_feeding ? "+feeding" : "");
-  if (a.type == "scaled_dot")
+  if (a.type == AttentionType::kLuong) return "luong/" + to_string(effective_score(a)) + (m.input_feeding ? "+feeding" : "");
+  if (a.type == AttentionType::kScaledDot)
     return "scaled_dot/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads") + (m.input_feeding ? "+feeding" : "");
-  return a.type;
+  return to_string(a.type);
 }
 
 std::string bucket_label(const BucketScore& b) {

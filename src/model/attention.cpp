@@ -140,15 +140,17 @@ std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {
   const auto& a = cfg.attention;
   const int64_t H = cfg.hidden_dim;  // decoder state size == encoder output size
   const int64_t A = effective_attention_dim(cfg);
-  if (a.type == "none") return nullptr;
-  if (a.type == "bahdanau") return std::make_shared<AdditiveAttention>(H, H, A);
-  if (a.type == "luong") {
-    std::string s = effective_score(a);
-    if (s == "concat") return std::make_shared<AdditiveAttention>(H, H, A);
-    return std::make_shared<MultiplicativeAttention>(H, H, s == "general");
+  switch (a.type) {
+    case AttentionType::kNone: return nullptr;
+    case AttentionType::kBahdanau: return std::make_shared<AdditiveAttention>(H, H, A);
+    case AttentionType::kLuong: {
+      const LuongScore s = effective_score(a);
+      if (s == LuongScore::kConcat) return std::make_shared<AdditiveAttention>(H, H, A);
+      return std::make_shared<MultiplicativeAttention>(H, H, s == LuongScore::kGeneral);
+    }
+    case AttentionType::kScaledDot: return std::make_shared<MultiHeadAttention>(H, H, A, a.heads);
   }
-  if (a.type == "scaled_dot") return std::make_shared<MultiHeadAttention>(H, H, A, a.heads);
-  TORCH_CHECK(false, "unknown attention type ", a.type);
+  TORCH_CHECK(false, "unknown attention type ", static_cast<int>(a.type));
 }
 
 }  // namespace attnmt

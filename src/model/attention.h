@@ -94,7 +94,7 @@ class MultiHeadAttention : public AttentionImpl {
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 };
 
-// Builds the mechanism named by cfg.attention.type ("none" returns nullptr).
+// Builds the mechanism cfg.attention names (nullptr for AttentionType::kNone).
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg);
 
 }  // namespace attnmt

@@ -19,8 +19,8 @@ namespace attnmt {
 namespace fs = std::filesystem;
 
 std::string model_type(const ModelConfig& m) {
-  std::string t = m.rnn + "/" + m.attention.type;
-  if (m.attention.type == "luong") t += "-" + effective_score(m.attention);
+  std::string t = to_string(m.rnn) + "/" + to_string(m.attention.type);
+  if (m.attention.type == AttentionType::kLuong) t += "-" + to_string(effective_score(m.attention));
   return t;
 }
 

@@ -6,8 +6,8 @@ namespace attnmt {
 
 namespace {
 // Multiply-adds of a GRU (3 gates) or LSTM (4 gates) layer per token: gates x hidden x (input + hidden).
-double rnn_macs(const std::string& cell, double in, double hidden) {
-  return (cell == "lstm" ? 4.0 : 3.0) * hidden * (in + hidden);
+double rnn_macs(RnnCell cell, double in, double hidden) {
+  return (cell == RnnCell::kLstm ? 4.0 : 3.0) * hidden * (in + hidden);
 }
 }  // namespace
 
@@ -19,21 +19,21 @@ FlopCount count_flops(const ModelConfig& m, int64_t tgt_vocab, int64_t B, int64_
   double enc = 0;
   for (int l = 0; l < m.encoder_layers; ++l) enc += dirs * rnn_macs(m.rnn, l == 0 ? E : H, h);
   f.encoder = 2 * enc * src_tokens;
-  f.bridge = 2 * static_cast<double>(B) * H * H * m.decoder_layers * (m.rnn == "lstm" ? 2 : 1);
-  const std::string& type = m.attention.type;
-  const std::string score = effective_score(m.attention);
+  f.bridge = 2 * static_cast<double>(B) * H * H * m.decoder_layers * (m.rnn == RnnCell::kLstm ? 2 : 1);
+  const AttentionType type = m.attention.type;
+  const LuongScore score = effective_score(m.attention);
   const DecoderDims dims = decoder_dims(m);
   const double rnn_in = static_cast<double>(dims.rnn_input);
   double step = 0;
   for (int l = 0; l < m.decoder_layers; ++l) step += rnn_macs(m.rnn, l == 0 ? rnn_in : H, H);
   const double Sd = static_cast<double>(S);
-  if (type == "bahdanau" || (type == "luong" && score == "concat")) {
+  if (type == AttentionType::kBahdanau || score == LuongScore::kConcat) {
     f.keys = 2 * src_tokens * H * A;  // U h_j
     step += H * A + Sd * A + Sd * H;  // W q; v^T over S positions; weighted sum of values
-  } else if (type == "luong") {
-    if (score == "general") f.keys = 2 * src_tokens * H * H;  // W h_j
+  } else if (type == AttentionType::kLuong) {
+    if (score == LuongScore::kGeneral) f.keys = 2 * src_tokens * H * H;  // W h_j
     step += Sd * H + Sd * H;                                    // scores; context
-  } else if (type == "scaled_dot") {
+  } else if (type == AttentionType::kScaledDot) {
     f.keys = 2 * src_tokens * 2 * H * A;       // K and V
     step += H * A + Sd * A + Sd * A + A * H;   // Q; scores; context; output projection
   }

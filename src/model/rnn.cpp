@@ -12,10 +12,10 @@ RnnState RnnState::index_select(const torch::Tensor& rows) const {
   return s;
 }
 
-RnnImpl::RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t layers, double dropout,
+RnnImpl::RnnImpl(RnnCell cell, int64_t input, int64_t hidden, int64_t layers, double dropout,
                  bool bidirectional)
     : hidden_(hidden), layers_(layers), inner_dropout_(layers > 1 ? dropout : 0.0), bidirectional_(bidirectional) {
-  if (cell == "lstm") {
+  if (cell == RnnCell::kLstm) {
     lstm = register_module("lstm", torch::nn::LSTM(torch::nn::LSTMOptions(input, hidden)
                                                        .num_layers(layers)
                                                        .batch_first(true)
@@ -147,7 +147,7 @@ DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
 DecoderDims decoder_dims(const ModelConfig& cfg) {
   DecoderDims d;
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
-  d.luong_style = cfg.attention.type == "luong" || cfg.attention.type == "scaled_dot";
+  d.luong_style = cfg.attention.type == AttentionType::kLuong || cfg.attention.type == AttentionType::kScaledDot;
   d.rnn_input = E + ((!d.luong_style || cfg.input_feeding) ? H : 0);
   d.readout_input = d.luong_style ? 2 * H : 2 * H + E;
   return d;
@@ -166,7 +166,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   const DecoderDims dims = decoder_dims(cfg);
   rnn = register_module("rnn", Rnn(cfg.rnn, dims.rnn_input, H, cfg.decoder_layers, cfg.dropout, false));
   bridge_h = register_module("bridge_h", torch::nn::Linear(H, H * layers_));
-  if (cfg.rnn == "lstm") bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
+  if (cfg.rnn == RnnCell::kLstm) bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
   combine = register_module("combine", torch::nn::Linear(dims.readout_input, H));
   out = register_module("out", torch::nn::Linear(H, vocab));
 }

@@ -17,7 +17,7 @@ struct RnnState {
 
 class RnnImpl : public torch::nn::Module {
  public:
-  RnnImpl(const std::string& cell, int64_t input, int64_t hidden, int64_t layers, double dropout, bool bidirectional);
+  RnnImpl(RnnCell cell, int64_t input, int64_t hidden, int64_t layers, double dropout, bool bidirectional);
   // x [B, T, In] (batch first); state may be undefined (zeros). Returns outputs [B, T, dirs*H].
   std::pair<torch::Tensor, RnnState> forward(const torch::Tensor& x, const RnnState& state);
   // Packed input: padded positions never enter the recurrence; outputs there are zero.

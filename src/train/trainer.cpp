@@ -53,8 +53,8 @@ void log_filter(const std::string& name, const FilterStats& s, int max_len) {
 RunData prepare_data(const Config& cfg, bool load_vocab) {
   RunData d;
   TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
-  ParallelText train_text = read_split(cfg.data.train, "train");
-  ParallelText valid_text = read_split(cfg.data.valid, "valid");
+  ParallelText train_text = read_split(cfg.data.train, config_split_path(cfg, cfg.data.train));
+  ParallelText valid_text = read_split(cfg.data.valid, config_split_path(cfg, cfg.data.valid));
   TokenizedCorpus tr = tokenize_corpus(train_text, kind, cfg.data.lowercase, cfg.data.max_len);
   TokenizedCorpus va = tokenize_corpus(valid_text, kind, cfg.data.lowercase, cfg.data.max_len);
   log_filter("train", tr.stats, cfg.data.max_len);
@@ -296,12 +296,11 @@ bool Trainer::should_stop() const {
 namespace {
 
 // The run directory before training: refuses to resume nothing or to replace a run without --overwrite.
-void check_run_dir(const RunDir& dir, const nlohmann::json& resolved, const TrainOptions& opt, bool main_rank) {
+void check_run_dir(const RunDir& dir, const Config& cfg, const TrainOptions& opt, bool main_rank) {
   if (opt.resume) {
     if (!fs::is_regular_file(dir.last())) throw UsageError(dir.path() + ": nothing to resume (no last.pt)");
     if (fs::is_regular_file(dir.config())) {
-      nlohmann::json old = config_to_json(config_from_json(read_json_file(dir.config())));
-      if (old["model"] != resolved["model"] || old["data"] != resolved["data"])
+      if (!same_model_and_data(config_from_json(read_json_file(dir.config())), cfg))
         throw UsageError(dir.path() + ": the config's model or data section differs from the run being resumed");
     }
   } else if (main_rank && (fs::exists(dir.config()) || fs::exists(dir.last()))) {
@@ -317,7 +316,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   const nlohmann::json resolved = config_to_json(cfg);
   Distributed* dist = opt.dist;
   const bool main_rank = !dist || dist->is_main();  // the rank that validates, logs and writes run_dir
-  check_run_dir(dir, resolved, opt, main_rank);
+  check_run_dir(dir, cfg, opt, main_rank);
   // Read everything (corpus, vocabularies, checkpoint) before touching the run directory: bad input
   // then fails with nothing written, and --overwrite does not destroy a run before the new one can start.
   // Log lines until then are kept and copied into train.log once it exists.
@@ -331,7 +330,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
   model->to(device);
-  spdlog::info("model: {} attention, {} parameters, device {}", cfg.model.attention.type, model->parameter_count(),
+  spdlog::info("model: {} attention, {} parameters, device {}", to_string(cfg.model.attention.type), model->parameter_count(),
                device.str());
   Trainer trainer(model, cfg.train, device, opt, opt.resume ? dir.last() : "");
   TrainerState& st = trainer.state();
