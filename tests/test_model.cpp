@@ -423,3 +423,23 @@ TEST(Flops, HandCountForATinyBahdanauModel) {
   EXPECT_DOUBLE_EQ(g.decoder, 2.0 * 288 * 10);
   EXPECT_DOUBLE_EQ(g.keys, 2.0 * 6 * 36);
 }
+
+// forward() chooses its path in one place; each model type takes the path its design allows.
+TEST(Decoder, PathIsChosenInOnePlace) {
+  const torch::Device cpu(torch::kCPU);
+  auto path = [&](const ModelConfig& m, double tf = 1.0, bool stepwise = false) {
+    Seq2Seq model(m, 20, 20);
+    return model->decoder->path_for(cpu, tf, stepwise);
+  };
+  EXPECT_EQ(path(tiny_model("none")), DecoderPath::kFixedContext);
+  EXPECT_EQ(path(tiny_model("bahdanau")), DecoderPath::kFusedRecurrence);
+  EXPECT_EQ(path(tiny_model("bahdanau", "", 1, false, "lstm")), DecoderPath::kSteppedRecurrence);
+  EXPECT_EQ(path(tiny_model("luong", "concat")), DecoderPath::kAllSteps);
+  EXPECT_EQ(path(tiny_model("scaled_dot", "", 3)), DecoderPath::kAllSteps);
+  EXPECT_EQ(path(tiny_model("luong", "general", 1, true)), DecoderPath::kTokenByToken);
+  EXPECT_EQ(path(tiny_model("bahdanau"), 0.5), DecoderPath::kTokenByToken);
+  EXPECT_EQ(path(tiny_model("luong", "dot"), 1.0, true), DecoderPath::kTokenByToken);
+  ModelConfig two_layers = tiny_model("bahdanau");
+  two_layers.decoder_layers = 2;
+  EXPECT_EQ(path(two_layers), DecoderPath::kSteppedRecurrence);
+}

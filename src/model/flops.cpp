@@ -1,6 +1,6 @@
 #include "model/flops.h"
 
-#include "model/rnn.h"
+#include "model/decoder.h"
 
 namespace attnmt {
 

@@ -3,7 +3,8 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
-#include "model/rnn.h"
+#include "model/decoder.h"
+#include "model/encoder.h"
 
 namespace attnmt {
 

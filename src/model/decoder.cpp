@@ -1,0 +1,229 @@
+#include "model/decoder.h"
+
+#include "data/special_tokens.h"
+#include "model/recurrence.h"
+
+namespace attnmt {
+
+DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
+  DecoderState s;
+  s.rnn = rnn.index_select(rows);
+  if (feed.defined()) s.feed = feed.index_select(0, rows);
+  if (fixed.defined()) s.fixed = fixed.index_select(0, rows);
+  return s;
+}
+
+DecoderDims decoder_dims(const ModelConfig& cfg) {
+  DecoderDims d;
+  const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
+  d.luong_style = cfg.attention.type == AttentionType::kLuong || cfg.attention.type == AttentionType::kScaledDot;
+  d.rnn_input = E + ((!d.luong_style || cfg.input_feeding) ? H : 0);
+  d.readout_input = d.luong_style ? 2 * H : 2 * H + E;
+  return d;
+}
+
+DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
+    : luong_style_(decoder_dims(cfg).luong_style),
+      input_feeding_(cfg.input_feeding),
+      hidden_(cfg.hidden_dim),
+      layers_(cfg.decoder_layers) {
+  const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(kPadId)));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  attention_ = make_attention(cfg);
+  if (attention_) register_module("attention", attention_);
+  const DecoderDims dims = decoder_dims(cfg);
+  rnn = register_module("rnn", Rnn(cfg.rnn, dims.rnn_input, H, cfg.decoder_layers, cfg.dropout, false));
+  bridge_h = register_module("bridge_h", torch::nn::Linear(H, H * layers_));
+  if (cfg.rnn == RnnCell::kLstm) bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
+  combine = register_module("combine", torch::nn::Linear(dims.readout_input, H));
+  out = register_module("out", torch::nn::Linear(H, vocab));
+}
+
+DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
+  const int64_t B = enc.final_h.size(0);
+  auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
+    return torch::tanh(l(x)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
+  };
+  DecoderState s;
+  s.rnn.h = bridge(bridge_h, enc.final_h);
+  if (bridge_c) s.rnn.c = bridge(bridge_c, enc.final_c);
+  if (input_feeding_) s.feed = torch::zeros({B, hidden_}, enc.final_h.options());
+  if (!attention_) s.fixed = enc.final_h;  // the bottleneck: one vector for the whole sentence
+  return s;
+}
+
+AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
+  if (!attention_) return {torch::Tensor(), torch::Tensor(), enc.mask};
+  return attention_->prepare(enc.states, enc.mask);
+}
+
+DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
+  TORCH_CHECK(y_prev.dim() == 1, "Decoder::step: y_prev must be [B], got ", y_prev.sizes());
+  torch::Tensor e = drop(embed(y_prev));  // [B, E]
+  const torch::Tensor top_prev = state.rnn.h[layers_ - 1];  // [B, H]
+  DecoderStepOutput o;
+  if (luong_style_) {
+    torch::Tensor x = input_feeding_ ? torch::cat({e, state.feed}, -1) : e;
+    auto [y, st] = rnn->forward(x.unsqueeze(1), state.rnn);  // y [B, 1, H]
+    state.rnn = st;
+    AttentionOutput a = attention_->attend(y, mem);          // queried with the current state
+    torch::Tensor ht = torch::tanh(combine(torch::cat({a.context, y}, -1))).squeeze(1);  // h~_t [B, H]
+    if (input_feeding_) state.feed = ht;
+    o.readout = ht;
+    o.weights = a.weights.squeeze(1);
+    if (a.head_weights.defined()) o.head_weights = a.head_weights.squeeze(2);
+    return o;
+  }
+  torch::Tensor ctx;
+  if (attention_) {
+    AttentionOutput a = attention_->attend(top_prev.unsqueeze(1), mem);  // queried with s_{t-1}
+    ctx = a.context.squeeze(1);
+    o.weights = a.weights.squeeze(1);
+  } else {
+    ctx = state.fixed;
+  }
+  auto [y, st] = rnn->forward(torch::cat({e, ctx}, -1).unsqueeze(1), state.rnn);
+  state.rnn = st;
+  o.readout = torch::tanh(combine(torch::cat({y.squeeze(1), ctx, e}, -1)));
+  return o;
+}
+
+namespace {
+// [B, T, F] -> [N, F] at the flat positions rows (b * T + t); x unchanged without rows.
+torch::Tensor at_rows(const torch::Tensor& x, const torch::Tensor& rows) {
+  return rows.defined() ? x.reshape({-1, x.size(2)}).index_select(0, rows) : x;
+}
+}  // namespace
+
+torch::Tensor DecoderImpl::readout_at(const torch::Tensor& features, const torch::Tensor& rows) {
+  return torch::tanh(combine(at_rows(features, rows)));
+}
+
+DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const {
+  if (stepwise || teacher_forcing < 1.0) return DecoderPath::kTokenByToken;
+  if (can_run_all_steps()) return DecoderPath::kAllSteps;
+  if (luong_style_) return DecoderPath::kTokenByToken;  // input feeding: each step needs the previous h~
+  if (!attention_) return DecoderPath::kFixedContext;
+  const bool additive = dynamic_cast<const AdditiveAttention*>(attention_.get()) != nullptr;
+  if (additive && !rnn->is_lstm() && layers_ == 1 && device.is_cpu()) return DecoderPath::kFusedRecurrence;
+  return DecoderPath::kSteppedRecurrence;
+}
+
+DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
+                                   double teacher_forcing, bool stepwise, const torch::Tensor& rows) {
+  TORCH_CHECK(tgt_in.dim() == 2, "Decoder: tgt_in must be [B, T], got ", tgt_in.sizes());
+  TORCH_CHECK(state.rnn.h.size(1) == tgt_in.size(0), "Decoder: state batch ", state.rnn.h.size(1), " vs target ",
+              tgt_in.size(0));
+  TORCH_CHECK(!rows.defined() || (rows.dim() == 1 && rows.scalar_type() == torch::kLong),
+              "Decoder: rows must be int64 [N], got ", rows.sizes());
+  switch (path_for(tgt_in.device(), teacher_forcing, stepwise)) {
+    case DecoderPath::kAllSteps: return forward_all_steps(tgt_in, state, mem, rows);
+    case DecoderPath::kFixedContext: return forward_fixed_context(tgt_in, state, rows);
+    case DecoderPath::kFusedRecurrence: return forward_fused_recurrence(tgt_in, state, mem, rows);
+    case DecoderPath::kSteppedRecurrence: return forward_stepped_recurrence(tgt_in, state, mem, rows);
+    case DecoderPath::kTokenByToken: break;
+  }
+  return forward_token_by_token(tgt_in, state, mem, teacher_forcing, rows);
+}
+
+DecoderOutput DecoderImpl::forward_all_steps(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
+                                             const torch::Tensor& rows) {
+  // One RNN call over all steps, then attention in batched matmuls.
+  torch::Tensor e = drop(embed(tgt_in));           // [B, T, E]
+  auto [y, st] = rnn->forward(e, state.rnn);       // [B, T, H]
+  state.rnn = st;
+  AttentionOutput a = attention_->attend(y, mem);  // [B, T, H], [B, T, S]
+  DecoderOutput o;
+  o.readout = readout_at(torch::cat({a.context, y}, -1), rows);
+  o.weights = a.weights;
+  o.head_weights = a.head_weights;
+  return o;
+}
+
+// Bahdanau / none: what does not feed back is batched over all steps: embeddings (one lookup and dropout)
+// and the readout tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
+DecoderOutput DecoderImpl::forward_fixed_context(const torch::Tensor& tgt_in, DecoderState& state, const torch::Tensor& rows) {
+  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  // The fixed context is the same at every step: one RNN call over [e_t; c] for all steps.
+  torch::Tensor C = state.fixed.unsqueeze(1).expand({-1, tgt_in.size(1), -1});
+  auto [Y, st] = rnn->forward(torch::cat({e_all, C}, -1), state.rnn);
+  state.rnn = st;
+  DecoderOutput o;
+  o.readout = readout_at(torch::cat({Y, C, e_all}, -1), rows);
+  return o;
+}
+
+DecoderOutput DecoderImpl::forward_fused_recurrence(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
+                                                    const torch::Tensor& rows) {
+  // One GRU layer with additive attention on the CPU: the stepped recurrence as one autograd node
+  // (model/recurrence.h).
+  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  const auto* additive = dynamic_cast<const AdditiveAttention*>(attention_.get());
+  const int64_t E = e_all.size(2);
+  const torch::Tensor w_ih = rnn->param("weight_ih_l0");  // [3H, E + C]: embedding columns, then context columns
+  const torch::Tensor gi_x = torch::nn::functional::linear(e_all, w_ih.narrow(1, 0, E), rnn->param("bias_ih_l0"));
+  AdditiveGruRecurrence r = additive_gru_recurrence(gi_x, state.rnn.h[0], mem.keys, mem.values, mem.mask,
+                                                    w_ih.narrow(1, E, w_ih.size(1) - E), rnn->param("weight_hh_l0"),
+                                                    rnn->param("bias_hh_l0"), additive->query_weight(), additive->v_vector());
+  DecoderOutput o;
+  o.readout = readout_at(torch::cat({r.states, r.contexts, e_all}, -1), rows);
+  o.weights = r.weights;
+  return o;
+}
+
+DecoderOutput DecoderImpl::forward_stepped_recurrence(const torch::Tensor& tgt_in, DecoderState& state,
+                                                      const AttentionMemory& mem, const torch::Tensor& rows) {
+  // The context depends on s_{t-1}, so the recurrence is stepped; embeddings and readout stay batched.
+  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  const int64_t T = tgt_in.size(1);
+  // One unbind rather than T selects: each select's backward would fill a whole [B, T, E] gradient.
+  const std::vector<torch::Tensor> e_steps = e_all.unbind(1);
+  std::vector<torch::Tensor> ys, ctxs, weights;
+  ys.reserve(static_cast<size_t>(T));
+  ctxs.reserve(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    AttentionOutput a = attention_->attend(state.rnn.h[layers_ - 1].unsqueeze(1), mem);  // queried with s_{t-1}
+    torch::Tensor ctx = a.context.squeeze(1);
+    weights.push_back(a.weights.squeeze(1));
+    ctxs.push_back(ctx);
+    auto [y, st] = rnn->forward(torch::cat({e_steps[static_cast<size_t>(t)], ctx}, -1).unsqueeze(1), state.rnn);
+    state.rnn = st;
+    ys.push_back(y.squeeze(1));
+  }
+  DecoderOutput o;
+  o.readout = readout_at(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1), rows);
+  o.weights = torch::stack(weights, 1);
+  return o;
+}
+
+DecoderOutput DecoderImpl::forward_token_by_token(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
+                                                  double teacher_forcing, const torch::Tensor& rows) {
+  const int64_t T = tgt_in.size(1);
+  std::vector<torch::Tensor> readouts, weights, heads;
+  readouts.reserve(static_cast<size_t>(T));
+  torch::Tensor y_prev = tgt_in.select(1, 0);
+  for (int64_t t = 0; t < T; ++t) {
+    DecoderStepOutput s = step(y_prev, state, mem);
+    readouts.push_back(s.readout);
+    if (s.weights.defined()) weights.push_back(s.weights);
+    if (s.head_weights.defined()) heads.push_back(s.head_weights);
+    if (t + 1 < T) {
+      y_prev = tgt_in.select(1, t + 1);
+      if (teacher_forcing < 1.0) {
+        // Feed the model's own prediction where a coin with P(gold) = teacher_forcing says so.
+        torch::NoGradGuard ng;
+        torch::Tensor pred = logits(s.readout).argmax(-1);
+        torch::Tensor use_gold = torch::bernoulli(torch::full({y_prev.size(0)}, teacher_forcing)).to(torch::kBool).to(y_prev.device());
+        y_prev = torch::where(use_gold, y_prev, pred);
+      }
+    }
+  }
+  DecoderOutput o;
+  o.readout = at_rows(torch::stack(readouts, 1), rows);
+  if (!weights.empty()) o.weights = torch::stack(weights, 1);
+  if (!heads.empty()) o.head_weights = torch::stack(heads, 2);
+  return o;
+}
+
+}  // namespace attnmt

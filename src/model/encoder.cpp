@@ -1,0 +1,30 @@
+#include "model/encoder.h"
+
+#include "data/special_tokens.h"
+
+namespace attnmt {
+
+EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
+    : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers) {
+  embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(kPadId)));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  int64_t per_dir = cfg.bidirectional ? cfg.hidden_dim / 2 : cfg.hidden_dim;
+  rnn = register_module("rnn", Rnn(cfg.rnn, cfg.embed_dim, per_dir, cfg.encoder_layers, cfg.dropout, cfg.bidirectional));
+}
+
+EncoderOutput EncoderImpl::forward(const torch::Tensor& src, const torch::Tensor& lengths, const torch::Tensor& mask) {
+  TORCH_CHECK(src.dim() == 2, "Encoder: src must be [B, S], got ", src.sizes());
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == src.size(0), "Encoder: lengths must be [B], got ", lengths.sizes());
+  TORCH_CHECK(mask.sizes() == src.sizes(), "Encoder: mask must match src, got ", mask.sizes());
+  TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
+  torch::Tensor x = drop(embed(src));                     // [B, S, E]
+  auto [states, st] = rnn->forward_lengths(x, lengths);   // [B, S, H], h [L*dirs, B, H/dirs]
+  auto last = [&](const torch::Tensor& t) {
+    if (!t.defined()) return torch::Tensor();
+    if (bidirectional_) return torch::cat({t[2 * layers_ - 2], t[2 * layers_ - 1]}, -1);  // [B, H]
+    return t[layers_ - 1];
+  };
+  return {states, mask, last(st.h), last(st.c)};
+}
+
+}  // namespace attnmt

@@ -1,0 +1,33 @@
+// The encoder: embeddings and a (bidirectional, stacked) RNN over the source, giving the states attention
+// reads and the final state that starts the decoder.
+#pragma once
+#include <torch/torch.h>
+
+#include "common/config.h"
+#include "model/rnn.h"
+
+namespace attnmt {
+
+struct EncoderOutput {
+  torch::Tensor states;  // [B, S, H] (H = hidden_dim; both directions concatenated)
+  torch::Tensor mask;    // [B, S] bool
+  torch::Tensor final_h; // [B, H] last layer's final state, both directions
+  torch::Tensor final_c; // [B, H] LSTM cell (undefined for GRU)
+};
+
+class EncoderImpl : public torch::nn::Module {
+ public:
+  EncoderImpl(const ModelConfig& cfg, int64_t vocab);
+  // src [B, S] int64, lengths [B] int64 on the CPU, mask [B, S] bool.
+  EncoderOutput forward(const torch::Tensor& src, const torch::Tensor& lengths, const torch::Tensor& mask);
+
+ private:
+  bool bidirectional_;
+  int64_t layers_;
+  torch::nn::Embedding embed{nullptr};
+  torch::nn::Dropout drop{nullptr};
+  Rnn rnn{nullptr};
+};
+TORCH_MODULE(Encoder);
+
+}  // namespace attnmt
