@@ -2,9 +2,14 @@
 #include <cstdio>
 
 #include "commands.h"
+#include "common/config.h"
 #include "eval/evaluator.h"
 
 namespace attnmt::cli {
+
+namespace {
+const Config kDefaults;
+}  // namespace
 
 Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   struct Options {
@@ -21,7 +26,7 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   src->needs(ref);
   ref->needs(src);
   app->add_option("--align", opt->req.align, "Gold alignments, Pharaoh format (default: the split's align file)");
-  app->add_option("--beam", opt->req.beam, "Beam size (default: eval.beam_size)")->check(CLI::Range(1, 100));
+  app->add_option("--beam", opt->req.beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
   app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));
   return {app, [opt, &g]() -> int {
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);

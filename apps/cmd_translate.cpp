@@ -11,10 +11,15 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "common/config.h"
 #include "common/errors.h"
 #include "eval/evaluator.h"
 
 namespace attnmt::cli {
+
+namespace {
+const Config kDefaults;
+}  // namespace
 
 namespace {
 // Line reader over a file descriptor that can tell whether more input is ready without blocking.
@@ -80,7 +85,7 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("translate", "Translate lines from a file or stdin with a trained run");
   app->add_option("--run,-r", opt->run, "Run directory")->required();
-  app->add_option("--beam", opt->beam, "Beam size (default: eval.beam_size)")->check(CLI::Range(1, 100));
+  app->add_option("--beam", opt->beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
   app->add_option("--input,-i", opt->input, "Input file (default: stdin)");
   app->add_option("--output,-o", opt->output, "Output file (default: stdout)");
   app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));

@@ -147,8 +147,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   auto plan = make_batch_plan(data.valid, cfg.eval.batch_size, 0, 0, false);
   std::vector<std::string> hyps(data.valid.size());
   TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
-  SearchOptions so;
-  so.max_len_ratio = cfg.eval.max_len_ratio;
+  const SearchOptions so = search_options(cfg.eval, 1);  // greedy: validation BLEU
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
     Batch db = b.to(device);
