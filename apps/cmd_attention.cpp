@@ -29,7 +29,7 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--limit", opt->limit, "Only the first N sentences (0 = all)")->check(CLI::NonNegativeNumber);
   app->add_option("--beam", opt->beam, "Beam size when decoding (without --ref)")->capture_default_str()->check(CLI::Range(1, 100));
   app->add_option("--format", opt->formats, "Comma-separated: json, csv, svg, html")->capture_default_str();
-  app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));
+  app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")->capture_default_str();
   return {app, [opt, &g]() -> int {
             std::vector<std::string> formats;
             {

@@ -1,4 +1,4 @@
-// attnmt evaluate --run DIR [--split test|valid] [--src F --ref F] [--align F] [--beam K] [--checkpoint best|last]
+// attnmt evaluate --run DIR [--split test|valid] [--src F --ref F] [--align F] [--beam K] [--checkpoint best|last|FILE]
 #include <cstdio>
 
 #include "commands.h"
@@ -27,7 +27,7 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   ref->needs(src);
   app->add_option("--align", opt->req.align, "Gold alignments, Pharaoh format (default: the split's align file)");
   app->add_option("--beam", opt->req.beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
-  app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));
+  app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")->capture_default_str();
   return {app, [opt, &g]() -> int {
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
             EvalResult r = evaluate_run(run, opt->run, opt->req);

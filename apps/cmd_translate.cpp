@@ -1,4 +1,5 @@
-// attnmt translate --run DIR [--beam K] [--input F] [--output F] [--checkpoint best|last]
+// attnmt translate --run DIR [--beam K] [--nbest N] [--alignment hard|soft] [--format text|tsv|jsonl]
+//                  [--input F] [--output F] [--checkpoint best|last|FILE]
 // Streams: lines are translated in batches as they arrive and each batch is flushed at once.
 #include <fcntl.h>
 #include <poll.h>
@@ -8,17 +9,84 @@
 #include <fstream>
 #include <iostream>
 
+#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
 #include "common/config.h"
 #include "common/errors.h"
+#include "eval/alignment.h"
 #include "eval/evaluator.h"
 
 namespace attnmt::cli {
 
 namespace {
 const Config kDefaults;
+
+// The attention rows of the hypothesis's tokens (the <eos> step left out): rows = target tokens.
+std::vector<std::vector<float>> token_rows(const Translation& t) {
+  std::vector<std::vector<float>> w(t.weights.begin(), t.weights.begin() + static_cast<std::ptrdiff_t>(
+                                                                               std::min(t.weights.size(), t.tgt_tokens.size())));
+  return w;
+}
+
+struct OutputFormat {
+  std::string format = "text";  // text | tsv | jsonl
+  std::string alignment;        // "" | hard | soft
+  double threshold = 0;         // hard: every link above it instead of the argmax (0 = argmax)
+  int nbest = 1;
+};
+
+std::string soft_text(const std::vector<std::vector<float>>& rows) {
+  std::string out;
+  char buf[32];
+  for (size_t j = 0; j < rows.size(); ++j) {
+    if (j) out += " ";
+    for (size_t i = 0; i < rows[j].size(); ++i) {
+      std::snprintf(buf, sizeof(buf), "%s%.4g", i ? "," : "", static_cast<double>(rows[j][i]));
+      out += buf;
+    }
+  }
+  return out;
+}
+
+// One input line's output in the chosen format (lines end with \n).
+std::string format_result(int64_t index, const std::string& src, const std::vector<Translation>& hyps, const OutputFormat& f) {
+  auto align_text = [&](const Translation& t) {
+    if (f.alignment == "hard") return pharaoh(hard_alignment(token_rows(t), f.threshold));
+    if (f.alignment == "soft") return soft_text(token_rows(t));
+    return std::string();
+  };
+  std::string out;
+  if (f.format == "jsonl") {
+    nlohmann::json j = {{"src", src}, {"hyps", nlohmann::json::array()}};
+    for (const auto& t : hyps) {
+      nlohmann::json h = {{"text", t.text}, {"tokens", t.tgt_tokens}, {"score", t.score}, {"logprob", t.logprob}};
+      if (f.alignment == "hard") {
+        nlohmann::json pairs = nlohmann::json::array();
+        for (const auto& [i, jj] : hard_alignment(token_rows(t), f.threshold)) pairs.push_back({i, jj});
+        h["alignment"] = pairs;
+      } else if (f.alignment == "soft") {
+        h["alignment"] = token_rows(t);
+      }
+      j["hyps"].push_back(h);
+    }
+    return j.dump() + "\n";
+  }
+  for (const auto& t : hyps) {
+    if (f.format == "tsv") {
+      out += t.text + "\t" + align_text(t) + "\n";
+    } else if (f.nbest > 1) {  // Moses n-best: input index ||| text ||| score ||| log-probability [||| alignment]
+      char sc[64];
+      std::snprintf(sc, sizeof(sc), "%.6f ||| %.6f", t.score, t.logprob);
+      out += std::to_string(index) + " ||| " + t.text + " ||| " + sc + (f.alignment.empty() ? "" : " ||| " + align_text(t)) + "\n";
+    } else {
+      out += t.text + (f.alignment.empty() ? "" : " ||| " + align_text(t)) + "\n";
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 namespace {
@@ -80,7 +148,8 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
     std::string run;                  // run directory
     int beam = 0;                     // 0 = the config's eval.beam_size
     std::string input, output;        // files; stdin/stdout when empty
-    std::string checkpoint = "best";  // best | last
+    std::string checkpoint = "best";  // best | last | a checkpoint file
+    OutputFormat fmt;
   };
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("translate", "Translate lines from a file or stdin with a trained run");
@@ -88,9 +157,38 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--beam", opt->beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
   app->add_option("--input,-i", opt->input, "Input file (default: stdin)");
   app->add_option("--output,-o", opt->output, "Output file (default: stdout)");
-  app->add_option("--checkpoint", opt->checkpoint, "best | last")->capture_default_str()->check(CLI::IsMember({"best", "last"}));
+  app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")
+      ->capture_default_str();
+  app->add_option("--nbest", opt->fmt.nbest, "Hypotheses per input line, best first (at most the beam size)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100));
+  auto* alignment = app->add_option("--alignment", opt->fmt.alignment,
+                  "Word alignment from the attention that produced each hypothesis: hard (Pharaoh i-j, source-target, "
+                  "0-based: the most attended source token per target token) or soft (the weights, one row per target "
+                  "token). Multi-head attention: the mean over heads")
+      ->check(CLI::IsMember({"hard", "soft"}));
+  app->add_option("--alignment-threshold", opt->fmt.threshold,
+                  "hard: every source token whose weight exceeds this, instead of the most attended one")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs(alignment);
+  app->add_option("--format", opt->fmt.format,
+                  "text: one line per hypothesis (with --nbest > 1: index ||| text ||| score ||| log-probability; an "
+                  "alignment follows ' ||| '); tsv: translation<TAB>alignment; jsonl: {src, hyps: [{text, tokens, "
+                  "score, logprob, alignment}]} per input line")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"text", "tsv", "jsonl"}));
   return {app, [opt, &g]() -> int {
+            if (opt->fmt.threshold > 0 && opt->fmt.alignment != "hard")
+              throw UsageError("--alignment-threshold applies to --alignment hard only");
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
+            SearchOptions so = search_options(run.cfg.eval, opt->beam);
+            if (opt->fmt.nbest > so.beam_size)
+              throw UsageError("--nbest " + std::to_string(opt->fmt.nbest) + " exceeds the beam size " + std::to_string(so.beam_size) +
+                               " (a beam search keeps at most that many hypotheses); raise --beam");
+            if (!opt->fmt.alignment.empty() && !run.model->decoder->has_attention())
+              throw UsageError(opt->run + ": --alignment: attention type 'none' has no attention weights to align with");
+            so.nbest = opt->fmt.nbest;
+            so.keep_weights = !opt->fmt.alignment.empty();
             int fd = 0;
             if (!opt->input.empty()) {
               fd = ::open(opt->input.c_str(), O_RDONLY);
@@ -103,7 +201,6 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
               if (!file) throw UsageError(opt->output + ": cannot open for writing");
             }
             std::ostream& out = tmp_out.empty() ? std::cout : file;
-            SearchOptions so = search_options(run.cfg.eval, opt->beam);
             LineReader reader(fd);
             std::vector<std::string> pending;
             std::string line;
@@ -114,7 +211,9 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
                 if (find_invalid_utf8(pending[i]) != std::string::npos)
                   throw UsageError((opt->input.empty() ? std::string("stdin") : opt->input) + ":" +
                                    std::to_string(count + static_cast<int64_t>(i) + 1) + ": invalid UTF-8");
-              for (const auto& t : translate_lines(run, pending, so, run.cfg.eval.batch_size)) out << t.text << "\n";
+              auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
+              for (size_t i = 0; i < results.size(); ++i)
+                out << format_result(count + static_cast<int64_t>(i), pending[i], results[i], opt->fmt);
               out.flush();
               count += static_cast<int64_t>(pending.size());
               pending.clear();

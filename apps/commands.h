@@ -30,5 +30,6 @@ Command setup_corpus(CLI::App& parent, const GlobalOptions& g);
 Command setup_compare(CLI::App& parent, const GlobalOptions& g);
 Command setup_bench(CLI::App& parent, const GlobalOptions& g);
 Command setup_config(CLI::App& parent, const GlobalOptions& g);
+Command setup_average(CLI::App& parent, const GlobalOptions& g);
 
 }  // namespace attnmt::cli

@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <sstream>
+
 #include "common/config.h"
 #include "common/errors.h"
 #include "support.h"
@@ -189,8 +192,16 @@ TEST(ConfigKeys, ReadmeTableIsTheKeyTable) {
   ASSERT_NE(b, std::string::npos) << "configs/README.md lacks " << begin;
   ASSERT_NE(e, std::string::npos) << "configs/README.md lacks " << end;
   ASSERT_LT(b, e);
-  EXPECT_EQ(doc.substr(b + begin.size(), e - b - begin.size()), attnmt::config_keys_markdown())
-      << "configs/README.md differs from the key table; paste the output of `attnmt config --keys` between the markers";
+  auto lines = [](const std::string& text) {
+    std::vector<std::string> out;
+    std::stringstream in(text);
+    for (std::string l; std::getline(in, l);) out.push_back(l);
+    return out;
+  };
+  const auto documented = lines(doc.substr(b + begin.size(), e - b - begin.size())), table = lines(attnmt::config_keys_markdown());
+  const char* fix = "configs/README.md differs from the key table; paste the output of `attnmt config --keys` between the markers";
+  ASSERT_EQ(documented.size(), table.size()) << fix;
+  for (size_t i = 0; i < table.size(); ++i) EXPECT_EQ(documented[i], table[i]) << fix;
 }
 
 namespace {

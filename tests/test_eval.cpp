@@ -1,6 +1,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <set>
+#include <sstream>
 
 #include "data/batcher.h"
 #include "data/toy_corpus.h"
@@ -8,6 +11,8 @@
 #include "eval/chrf.h"
 #include "eval/evaluator.h"
 #include "eval/report.h"
+#include "eval/run_dir.h"
+#include "model/checkpoint.h"
 #include "eval/search.h"
 #include "support.h"
 #include "train/trainer.h"
@@ -393,4 +398,201 @@ TEST(CompareReport, ParagraphIgnoresNearlyEmptyBuckets) {
   std::string p = attnmt::comparison_paragraph({a});
   EXPECT_NE(p.find("from sources of 1-10 tokens to sources of 11-20 tokens (40.0 to 20.0)"), std::string::npos) << p;
   EXPECT_EQ(p.find("21-"), std::string::npos) << p;
+}
+
+namespace {
+std::vector<std::string> output_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The stdout of a translate run (stderr kept apart, so that log lines never mix in).
+test::CliResult translate_out(const std::string& args, const std::string& input) {
+  return test::run_cli("--log-level error translate " + args + " --input " + input);
+}
+
+// Five test sentences of the tiny run's corpus and an empty line.
+std::string translate_input() {
+  static std::string path = [] {
+    std::string dir = test::temp_dir("translate_outputs");
+    std::vector<std::string> src = read_lines(test::source_dir() + "/data/toy/test.en");
+    std::string text;
+    for (size_t i = 0; i < 5; ++i) text += src[i * 7] + "\n";
+    text += "\n";
+    return test::write_file(dir + "/in.txt", text);
+  }();
+  return path;
+}
+}  // namespace
+
+TEST(Translate, NbestIsDistinctSortedAndStartsWithTheBest) {
+  const std::string& run = tiny_run();
+  auto plain = translate_out("--run " + run + " --beam 3", translate_input());
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  auto r = translate_out("--run " + run + " --beam 3 --nbest 3 --format jsonl", translate_input());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto best = output_lines(plain.output), lines = output_lines(r.output);
+  ASSERT_EQ(best.size(), 6u) << plain.output;
+  ASSERT_EQ(lines.size(), 6u) << r.output;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    auto j = nlohmann::json::parse(lines[i]);
+    const auto& hyps = j.at("hyps");
+    ASSERT_GE(hyps.size(), 1u);
+    ASSERT_LE(hyps.size(), 3u);
+    EXPECT_EQ(hyps[0].at("text").get<std::string>(), best[i]) << "the first of the n-best is not --nbest 1's output";
+    if (i == 5) {  // the empty line: one empty hypothesis
+      EXPECT_EQ(j.at("src").get<std::string>(), "");
+      EXPECT_EQ(hyps.size(), 1u);
+      EXPECT_EQ(hyps[0].at("text").get<std::string>(), "");
+      continue;
+    }
+    EXPECT_EQ(hyps.size(), 3u) << lines[i];
+    std::set<std::vector<std::string>> distinct;
+    for (size_t k = 0; k < hyps.size(); ++k) {
+      distinct.insert(hyps[k].at("tokens").get<std::vector<std::string>>());
+      EXPECT_LE(hyps[k].at("logprob").get<double>(), 0.0);
+      if (k > 0) EXPECT_GE(hyps[k - 1].at("score").get<double>(), hyps[k].at("score").get<double>()) << lines[i];
+    }
+    EXPECT_EQ(distinct.size(), hyps.size()) << lines[i];
+  }
+  // The text form: index ||| text ||| score ||| log-probability, the same hypotheses.
+  auto t = translate_out("--run " + run + " --beam 3 --nbest 3", translate_input());
+  ASSERT_EQ(t.code, 0) << t.output;
+  const auto tl = output_lines(t.output);
+  ASSERT_EQ(tl.size(), 16u) << t.output;  // 5 x 3 and one for the empty line
+  EXPECT_EQ(tl[0].rfind("0 ||| " + best[0] + " ||| ", 0), 0u) << tl[0];
+  EXPECT_EQ(tl[15].rfind("5 |||  ||| ", 0), 0u) << tl[15];
+  // More hypotheses than the beam keeps: one line, exit 2.
+  auto bad = translate_out("--run " + run + " --beam 3 --nbest 4", translate_input());
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  EXPECT_NE(bad.output.find("exceeds the beam size 3"), std::string::npos) << bad.output;
+}
+
+// Hard alignments are Pharaoh pairs within the sentence lengths, and the ones forced decoding of the same
+// hypothesis gives (the code path of evaluate's AER): one argmax alignment.
+TEST(Translate, HardAlignmentsAreInRangeAndMatchForcedDecoding) {
+  const std::string& run = tiny_run();
+  auto r = translate_out("--run " + run + " --beam 3 --alignment hard --format tsv", translate_input());
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto lines = output_lines(r.output);
+  ASSERT_EQ(lines.size(), 6u) << r.output;
+  EXPECT_EQ(lines[5], "\t");  // empty in, empty out
+  LoadedRun loaded = load_run(run, "best", "cpu");
+  std::vector<std::string> src = read_lines(translate_input());
+  ASSERT_EQ(src.size(), 6u);
+  for (size_t i = 0; i < 5; ++i) {
+    const auto tab = lines[i].find('\t');
+    ASSERT_NE(tab, std::string::npos) << lines[i];
+    const std::string text = lines[i].substr(0, tab), pairs = lines[i].substr(tab + 1);
+    const auto src_tok = tokenize(src[i], loaded.kind, false), hyp_tok = tokenize(text, loaded.kind, false);
+    Alignment a;
+    std::istringstream in(pairs);
+    for (std::string p; in >> p;) {
+      const auto dash = p.find('-');
+      ASSERT_NE(dash, std::string::npos) << p;
+      a.emplace_back(std::stoi(p.substr(0, dash)), std::stoi(p.substr(dash + 1)));
+      EXPECT_LT(a.back().first, static_cast<int>(src_tok.size())) << p;
+      EXPECT_LT(a.back().second, static_cast<int>(hyp_tok.size())) << p;
+    }
+    EXPECT_EQ(a.size(), hyp_tok.size()) << "one link per target token: " << lines[i];
+    auto forced = forced_attention(loaded, {src_tok}, {hyp_tok});
+    ASSERT_EQ(forced.size(), 1u);
+    EXPECT_EQ(pharaoh(hard_alignment(forced[0])), pairs) << lines[i];
+  }
+  // Above a threshold instead of the argmax: every link's weight exceeds it (checked through soft weights).
+  auto th = translate_out("--run " + run + " --beam 3 --alignment hard --alignment-threshold 0.3 --format tsv", translate_input());
+  ASSERT_EQ(th.code, 0) << th.output;
+  EXPECT_EQ(output_lines(th.output).size(), 6u);
+}
+
+TEST(Translate, SoftRowsSumToOneAndJsonlRoundTripsTheText) {
+  const std::string& run = tiny_run();
+  auto text = translate_out("--run " + run + " --beam 3", translate_input());
+  auto r = translate_out("--run " + run + " --beam 3 --alignment soft --format jsonl", translate_input());
+  ASSERT_EQ(text.code, 0) << text.output;
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto tl = output_lines(text.output), jl = output_lines(r.output);
+  std::vector<std::string> src = read_lines(translate_input());
+  ASSERT_EQ(tl.size(), 6u);
+  ASSERT_EQ(jl.size(), 6u);
+  ASSERT_EQ(src.size(), 6u);
+  for (size_t i = 0; i < jl.size(); ++i) {
+    auto j = nlohmann::json::parse(jl[i]);
+    EXPECT_EQ(j.at("src").get<std::string>(), src[i]);
+    const auto& h = j.at("hyps").at(0);
+    EXPECT_EQ(h.at("text").get<std::string>(), tl[i]);
+    const auto rows = h.at("alignment").get<std::vector<std::vector<double>>>();
+    ASSERT_EQ(rows.size(), h.at("tokens").size()) << "one row per target token";
+    for (const auto& row : rows) {
+      ASSERT_EQ(row.size(), tokenize(src[i], TokenizerKind::kSpace, false).size());
+      double sum = 0;
+      for (double w : row) sum += w;
+      EXPECT_NEAR(sum, 1.0, 1e-4);
+    }
+  }
+}
+
+TEST(Translate, AlignmentOfTheModelWithoutAttentionIsRefused) {
+  std::string corpus = test::tiny_toy_corpus("none_align_corpus", 32, 6, 6, 12);
+  Config c = test::tiny_config_for(corpus, test::temp_dir("none_align_run"), "none");
+  c.model.hidden_dim = 8;
+  c.train.epochs = 1;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  auto r = test::run_cli("translate --run " + c.run_dir + " --alignment hard --input " + corpus + "/test.en");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("no attention weights"), std::string::npos) << r.output;
+}
+
+// Periodic checkpoints: at most keep_checkpoints of them, the newest; averaging two equals the hand mean
+// of their parameters; a checkpoint of another model config is refused naming the parameter.
+TEST(Average, KeepsTheLastCheckpointsAndAveragesThem) {
+  std::string corpus = test::tiny_toy_corpus("average_corpus", 48, 6, 6, 12);
+  Config c = test::tiny_config_for(corpus, test::temp_dir("average_run"), "bahdanau");
+  c.train.batch_size = 8;
+  c.train.max_steps = 5;
+  c.train.valid_every = 1;
+  c.train.keep_checkpoints = 2;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  const RunDir dir(c.run_dir);
+  const auto kept = dir.periodic_checkpoints();
+  ASSERT_EQ(kept.size(), 2u);
+  EXPECT_EQ(kept[0], dir.periodic_checkpoint(4));
+  EXPECT_EQ(kept[1], dir.periodic_checkpoint(5));
+
+  const std::string avg = c.run_dir + "/avg.pt";
+  auto r = test::run_cli("average --run " + c.run_dir + " --last 2 --out " + avg);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const int64_t V_src = Vocab::load(dir.src_vocab()).size(), V_tgt = Vocab::load(dir.tgt_vocab()).size();
+  Seq2Seq a(c.model, V_src, V_tgt), b(c.model, V_src, V_tgt), m(c.model, V_src, V_tgt);
+  load_checkpoint(kept[0], a, nullptr);
+  load_checkpoint(kept[1], b, nullptr);
+  load_checkpoint(avg, m, nullptr);
+  const auto pa = a->named_parameters(), pb = b->named_parameters(), pm = m->named_parameters();
+  ASSERT_EQ(pa.size(), pm.size());
+  for (const char* name : {"decoder.out.weight", "encoder.embed.weight"}) {
+    torch::Tensor hand = (pa[name] + pb[name]) / 2;
+    EXPECT_TRUE(torch::allclose(pm[name], hand, 1e-6, 1e-7)) << name;
+    EXPECT_FALSE(torch::equal(pa[name], pb[name])) << name << ": the two checkpoints should differ";
+  }
+  r = test::run_cli("evaluate --run " + c.run_dir + " --checkpoint " + avg + " --beam 1");
+  EXPECT_EQ(r.code, 0) << r.output;
+  r = test::run_cli("average --run " + c.run_dir + " --last 3 --out " + c.run_dir + "/x.pt");
+  EXPECT_EQ(r.code, 2) << r.output;
+
+  // Another model config (a smaller hidden size) is refused, naming the parameter.
+  Config other = c;
+  other.run_dir = test::temp_dir("average_other");
+  other.model.hidden_dim = 8;
+  other.train.keep_checkpoints = 0;
+  validate(other);
+  train(other, {}, torch::kCPU);
+  r = test::run_cli("average --run " + c.run_dir + " --checkpoints " + kept[1] + " " + other.run_dir + "/last.pt --out " +
+                    c.run_dir + "/bad.pt");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("has shape"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(c.run_dir + "/bad.pt"));
 }

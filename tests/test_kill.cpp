@@ -14,6 +14,7 @@
 #include "support.h"
 #include "data/vocab.h"
 #include "eval/evaluator.h"
+#include "eval/run_dir.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
 
@@ -58,6 +59,7 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
   c.train.valid_every = 1;  // a validation and two checkpoint writes after every step
   c.train.epochs = 1000;
   c.train.early_stopping.patience = 0;
+  c.train.keep_checkpoints = 2;  // and a third, ckpt-<step>.pt, of which at most two are kept
   write_file(corpus + "/kill.json", config_to_json(c).dump(2));
   const std::string log = corpus + "/kill.log";
 
@@ -95,6 +97,9 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
     for (const char* which : {"last", "best"})
       if (fs::exists(run + "/" + which + ".pt")) expect_loads(run, which);
     if (fs::exists(run + "/last.pt")) ++with_checkpoint;
+    const auto periodic = RunDir(run).periodic_checkpoints();
+    EXPECT_LE(periodic.size(), 2u);
+    for (const auto& p : periodic) expect_loads(run, p);
     metrics_steps(run + "/metrics.jsonl");
   }
   std::printf("kills: %d (first checkpoint after %d ms), with a checkpoint on disk: %d, during a write (temporary file left): %d\n",
@@ -117,6 +122,9 @@ TEST(KillAnywhere, CheckpointsSurviveSigkillAtRandomMoments) {
   auto steps = metrics_steps(run + "/metrics.jsonl");
   ASSERT_GE(steps.size(), 2u);
   EXPECT_EQ(steps.back(), before.step + 2);
+  const auto periodic = RunDir(run).periodic_checkpoints();
+  ASSERT_EQ(periodic.size(), 2u);
+  EXPECT_EQ(periodic.back(), RunDir(run).periodic_checkpoint(before.step + 2));
   for (size_t i = 1; i < steps.size(); ++i) EXPECT_LT(steps[i - 1], steps[i]) << "a validation repeated after a resume";
 }
 

@@ -315,6 +315,8 @@ const std::vector<Key>& keys() {
                         at_least(0, "0 = epoch end only"), "validate every this many steps, and at each epoch end"));
     t.push_back(integer("train.log_every", [](Config& c) -> long& { return c.train.log_every; }, at_least(1),
                         "plain progress line every this many steps when stderr is not a terminal"));
+    t.push_back(integer("train.keep_checkpoints", [](Config& c) -> int& { return c.train.keep_checkpoints; },
+                        closed(0, 1000), "keep the checkpoints of the last N validations as `ckpt-<step>.pt` (0 = none), for `attnmt average`"));
     t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
                        {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
     t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },

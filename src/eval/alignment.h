@@ -7,8 +7,13 @@
 
 namespace attnmt {
 
-// weights[j][i]: attention of target token j on source token i. Returns the pairs (argmax_i, j).
-Alignment hard_alignment(const std::vector<std::vector<float>>& weights);
+// weights[j][i]: attention of target token j on source token i. Returns the pairs (argmax_i, j), or with
+// threshold > 0 every (i, j) whose weight exceeds it. The one code path for hard alignments: AER in
+// `evaluate` and `attention`, and `translate --alignment hard`.
+Alignment hard_alignment(const std::vector<std::vector<float>>& weights, double threshold = 0.0);
+
+// Pharaoh text "i-j i-j ..." (source-target, 0-based), pairs sorted by target then source position.
+std::string pharaoh(Alignment a);
 
 // |A n G| counts for one sentence, used to sum over a corpus.
 struct AerCounts {

@@ -24,7 +24,6 @@ namespace fs = std::filesystem;
 
 LoadedRun load_run(const std::string& run_dir, const std::string& which, const std::string& device_spec) {
   if (!fs::is_directory(run_dir)) throw UsageError(run_dir + ": run directory not found");
-  if (which != "best" && which != "last") throw UsageError("--checkpoint: unknown value '" + which + "'. Valid options: best, last");
   const RunDir dir(run_dir);
   for (const auto& f : dir.required_files())
     if (!fs::is_regular_file(f)) throw UsageError(run_dir + ": missing " + fs::path(f).filename().string() + " (not a training run?)");
@@ -39,25 +38,31 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which, const s
   r.kind = tokenizer_from_string(r.cfg.data.tokenizer);
   r.device = resolve_device(device_spec.empty() ? r.cfg.device : device_spec);
   r.model = Seq2Seq(r.cfg.model, r.src_vocab.size(), r.tgt_vocab.size());
-  r.checkpoint = dir.checkpoint(which);
+  if (which == "best" || which == "last") {
+    r.checkpoint = dir.checkpoint(which);
+  } else if (fs::is_regular_file(which)) {
+    r.checkpoint = which;
+  } else {
+    throw UsageError("--checkpoint: '" + which + "' is neither best, last nor a checkpoint file");
+  }
   load_checkpoint(r.checkpoint, r.model, nullptr);
   r.model->to(r.device);
   r.model->eval();
   return r;
 }
 
-std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
-                                         const SearchOptions& opt, int batch_size) {
-  std::vector<Translation> out(lines.size());
+std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, const std::vector<std::string>& lines,
+                                                            const SearchOptions& opt, int batch_size) {
+  std::vector<std::vector<Translation>> out(lines.size(), std::vector<Translation>(1));
   std::vector<std::vector<int64_t>> ids(lines.size());
   std::vector<int64_t> order;
   for (size_t i = 0; i < lines.size(); ++i) {
-    out[i].src_tokens = tokenize(lines[i], run.kind, run.cfg.data.lowercase);
-    if (out[i].src_tokens.empty()) continue;
-    if (static_cast<int>(out[i].src_tokens.size()) > run.cfg.data.max_len)
+    out[i][0].src_tokens = tokenize(lines[i], run.kind, run.cfg.data.lowercase);
+    if (out[i][0].src_tokens.empty()) continue;
+    if (static_cast<int>(out[i][0].src_tokens.size()) > run.cfg.data.max_len)
       spdlog::warn("line {}: {} tokens, longer than the training limit of {}; translating anyway", i + 1,
-                   out[i].src_tokens.size(), run.cfg.data.max_len);
-    ids[i] = run.src_vocab.encode(out[i].src_tokens);
+                   out[i][0].src_tokens.size(), run.cfg.data.max_len);
+    ids[i] = run.src_vocab.encode(out[i][0].src_tokens);
     order.push_back(static_cast<int64_t>(i));
   }
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
@@ -67,20 +72,38 @@ std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::
     std::vector<int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                              order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + static_cast<size_t>(batch_size))));
     Batch b = make_src_batch(ids, idx);
-    std::vector<Hypothesis> hs;
+    std::vector<std::vector<Hypothesis>> hs;
     if (opt.beam_size <= 1) {  // greedy
-      hs = greedy_search(run.model, b, opt, run.device);
+      for (auto& h : greedy_search(run.model, b, opt, run.device)) hs.push_back({std::move(h)});
     } else {
-      for (auto& nb : beam_search(run.model, b, opt, run.device)) hs.push_back(nb.empty() ? Hypothesis{} : nb[0]);
+      hs = beam_search(run.model, b, opt, run.device);
     }
     for (size_t k = 0; k < idx.size(); ++k) {
-      Translation& t = out[static_cast<size_t>(idx[k])];
-      t.tgt_tokens = run.tgt_vocab.decode(hs[k].tokens);
-      t.text = detokenize(t.tgt_tokens, run.kind);
-      t.weights = std::move(hs[k].weights);
-      t.score = hs[k].score;
+      std::vector<Translation>& ts = out[static_cast<size_t>(idx[k])];
+      const std::vector<std::string> src_tokens = ts[0].src_tokens;
+      if (hs[k].empty()) continue;  // nothing finished: one empty translation
+      ts.assign(hs[k].size(), Translation{});
+      for (size_t n = 0; n < hs[k].size(); ++n) {
+        Translation& t = ts[n];
+        t.src_tokens = src_tokens;
+        t.tgt_tokens = run.tgt_vocab.decode(hs[k][n].tokens);
+        t.text = detokenize(t.tgt_tokens, run.kind);
+        t.weights = std::move(hs[k][n].weights);
+        t.score = hs[k][n].score;
+        t.logprob = hs[k][n].logprob;
+      }
     }
   }
+  return out;
+}
+
+std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
+                                         const SearchOptions& opt, int batch_size) {
+  SearchOptions one = opt;
+  one.nbest = 1;
+  std::vector<Translation> out;
+  out.reserve(lines.size());
+  for (auto& ts : translate_lines_nbest(run, lines, one, batch_size)) out.push_back(std::move(ts[0]));
   return out;
 }
 

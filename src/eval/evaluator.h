@@ -26,8 +26,9 @@ struct LoadedRun {
   std::string checkpoint;  // path loaded
 };
 
-// Reads run_dir/config.json, the vocabularies and best.pt or last.pt; throws UsageError on anything
-// missing or inconsistent. device_spec empty = the run's config.
+// Reads run_dir/config.json, the vocabularies and a checkpoint: which = best | last (run_dir/best.pt,
+// last.pt) or the path of a checkpoint file of the same model (an averaged one); throws UsageError on
+// anything missing or inconsistent. device_spec empty = the run's config.
 LoadedRun load_run(const std::string& run_dir, const std::string& which = "best", const std::string& device_spec = "");
 
 struct Translation {
@@ -35,13 +36,19 @@ struct Translation {
   std::vector<std::string> tgt_tokens;
   std::string text;                          // detokenized
   std::vector<std::vector<float>> weights;   // [tgt_len + 1][src_len] when asked
-  double score = 0;
+  double score = 0;    // what the search ranked by (length-penalised for beam search)
+  double logprob = 0;  // total log-probability of the tokens and <eos>
 };
 
 // Translates raw lines (tokenized with the run's tokenizer). Empty lines give empty translations.
 // Decodes in length-sorted batches of batch_size; beam_size 1 uses greedy search.
 std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
                                          const SearchOptions& opt, int batch_size);
+
+// The same with up to opt.nbest (<= beam_size) hypotheses per line, best first; the first is translate_lines'
+// result. An empty line gives one empty hypothesis.
+std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, const std::vector<std::string>& lines,
+                                                            const SearchOptions& opt, int batch_size);
 
 // Translates srcs, scores against refs; with aligns (one per sentence), also AER/entropy by forcing
 // the reference through the model.

@@ -1,5 +1,6 @@
 #include "eval/run_dir.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -42,7 +43,35 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
 }
 
 std::vector<std::string> RunDir::training_files() const {
-  return {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), train_log(), curves()};
+  std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), train_log(), curves()};
+  for (auto& p : periodic_checkpoints()) f.push_back(std::move(p));
+  return f;
+}
+
+std::vector<std::string> RunDir::periodic_checkpoints() const {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.size() < 9 || name.rfind("ckpt-", 0) != 0 || name.substr(name.size() - 3) != ".pt") continue;
+    const std::string digits = name.substr(5, name.size() - 8);
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
+    found.emplace_back(std::stoll(digits), it->path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> out;
+  for (auto& [step, p] : found) out.push_back(std::move(p));
+  return out;
+}
+
+int RunDir::prune_periodic_checkpoints(int keep) const {
+  std::vector<std::string> all = periodic_checkpoints();
+  int removed = 0;
+  for (size_t i = 0; i + static_cast<size_t>(std::max(0, keep)) < all.size(); ++i) {
+    std::error_code ec;
+    if (fs::remove(all[i], ec)) ++removed;
+  }
+  return removed;
 }
 
 void RunDir::append_metrics(const MetricsRecord& m) const {

@@ -46,6 +46,13 @@ class RunDir {
   std::string eval_json(const std::string& name) const { return file("eval/" + name + ".json"); }
   std::string eval_hyp(const std::string& name) const { return file("eval/" + name + ".hyp"); }
 
+  // A periodic checkpoint (train.keep_checkpoints): ckpt-<step>.pt.
+  std::string periodic_checkpoint(int64_t step) const { return file("ckpt-" + std::to_string(step) + ".pt"); }
+  // The periodic checkpoints present, oldest first.
+  std::vector<std::string> periodic_checkpoints() const;
+  // Removes all but the newest `keep`; returns how many were removed.
+  int prune_periodic_checkpoints(int keep) const;
+
   // The files training writes (removed by `train --overwrite` before the new run starts).
   std::vector<std::string> training_files() const;
   // The files without which the directory is not a trained run (config and vocabularies).

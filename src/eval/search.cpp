@@ -56,6 +56,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
     for (int64_t t = 0; t < toks.size(1) && t < limit; ++t) {
       int64_t id = ta[b][t];
       h.score += sa[b][t];
+      h.logprob += sa[b][t];
       if (w.defined()) {
         auto row = w[b][t].slice(0, 0, lens[b]).contiguous();
         h.weights.emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
@@ -157,6 +158,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
             Hypothesis h;
             h.tokens = toks[static_cast<size_t>(row)];
             if (tok != kEosId) h.tokens.push_back(tok);  // cut at the length limit
+            h.logprob = sc;
             h.score = sc / length_penalty(static_cast<int64_t>(toks[static_cast<size_t>(row)].size()) + 1, opt.length_penalty);
             h.weights = row_weights();
             finished[bi].push_back(std::move(h));

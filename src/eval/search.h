@@ -12,7 +12,8 @@ namespace attnmt {
 
 struct Hypothesis {
   std::vector<int64_t> tokens;   // without <bos>/<eos>
-  double score = 0;              // total log-probability
+  double score = 0;              // what the search ranked by: logprob / length_penalty(len + 1) (beam), logprob (greedy)
+  double logprob = 0;            // total log-probability of the tokens and <eos>
   std::vector<std::vector<float>> weights;  // [tgt_len + 1][src_len] (incl. the <eos> step), when asked
 };
 

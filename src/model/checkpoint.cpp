@@ -171,4 +171,30 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
   return st;
 }
 
+TrainerState average_checkpoints(const std::vector<std::string>& paths, Seq2Seq& model) {
+  if (paths.empty()) throw UsageError("average: no checkpoints given");
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> sums;
+  TrainerState st;
+  for (const auto& p : paths) {
+    st = load_checkpoint(p, model, nullptr);
+    size_t k = 0;
+    for (const auto& t : model->parameters()) {
+      if (sums.size() <= k) sums.push_back(torch::zeros_like(t, torch::kDouble));
+      sums[k++].add_(t.to(torch::kDouble));
+    }
+    for (const auto& t : model->buffers()) {
+      if (!t.is_floating_point()) continue;
+      if (sums.size() <= k) sums.push_back(torch::zeros_like(t, torch::kDouble));
+      sums[k++].add_(t.to(torch::kDouble));
+    }
+  }
+  const double n = static_cast<double>(paths.size());
+  size_t k = 0;
+  for (auto& t : model->parameters()) t.copy_(sums[k++] / n);
+  for (auto& t : model->buffers())
+    if (t.is_floating_point()) t.copy_(sums[k++] / n);
+  return st;
+}
+
 }  // namespace attnmt

@@ -49,4 +49,9 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
 TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank = 0,
                              bool* rank_rng_found = nullptr);
 
+// The element-wise mean of the parameters and buffers of the checkpoints at paths (each loaded into model, so
+// each must hold model's type and shapes: a mismatch throws UsageError naming the file and the parameter).
+// Leaves the mean in model and returns the training state of the last checkpoint.
+TrainerState average_checkpoints(const std::vector<std::string>& paths, Seq2Seq& model);
+
 }  // namespace attnmt

@@ -417,10 +417,16 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
                    st.step, m.epoch, m.train_loss, v.loss, v.ppl, v.bleu, v.improved ? " (best)" : "");
     }
-    if (v.improved)
-      trainer.save({dir.best(), dir.last()});
-    else
-      trainer.save({dir.last()});
+    std::vector<std::string> paths;
+    if (v.improved) paths.push_back(dir.best());
+    paths.push_back(dir.last());
+    const int keep = cfg.train.keep_checkpoints;
+    if (keep > 0) {
+      // Make room first, so that a kill at any moment leaves at most `keep` of them.
+      if (main_rank) dir.prune_periodic_checkpoints(keep - 1);
+      paths.push_back(dir.periodic_checkpoint(st.step));
+    }
+    trainer.save(paths);
     window_loss = 0;
     window_tokens = 0;
     window_t = now_s();
