@@ -6,6 +6,7 @@
 #include "common/errors.h"
 #include "data/toy_corpus.h"
 #include "support.h"
+#include "eval/run_dir.h"
 #include "train/trainer.h"
 
 using namespace attnmt;
@@ -379,4 +380,61 @@ TEST(Bench, JsonFiguresAreConsistent) {
     EXPECT_GT(row.at(k).get<double>(), 0) << k;
   EXPECT_NEAR(row.at("beam5_batched_speedup").get<double>(),
               row["beam5_batched_sentences_per_s"].get<double>() / row["beam5_single_sentences_per_s"].get<double>(), 1e-9);
+}
+
+// Attention snapshots: one file per validation, rows that are distributions over the source, a page that
+// shows every snapshot; taking them leaves the training trajectory as it is; a model without attention
+// gets a page that says so.
+TEST(Snapshots, OnePerValidationRowsSumToOneAndThePageShowsThemAll) {
+  Config c = tiny_config(test::temp_dir("snap_on"));
+  c.train.max_steps = 12;
+  c.train.snapshot_sentences = 2;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  const RunDir dir(c.run_dir);
+  const auto files = dir.progress_snapshots();
+  const auto m = metrics(c.run_dir);
+  ASSERT_GE(m.size(), 3u);  // every 4 steps and at each epoch end
+  ASSERT_EQ(files.size(), m.size());
+  const std::string page = test::read_file(dir.progress_index());
+  for (size_t i = 0; i < files.size(); ++i) {
+    auto j = read_json_file(files[i]);
+    EXPECT_EQ(j.at("step").get<int64_t>(), m[i].at("step").get<int64_t>());
+    EXPECT_EQ(files[i], dir.progress_snapshot(m[i].at("step").get<int64_t>()));
+    const auto& sentences = j.at("sentences");
+    ASSERT_EQ(sentences.size(), 2u);
+    for (const auto& s : sentences) {
+      const auto w = s.at("weights").get<std::vector<std::vector<double>>>();
+      ASSERT_EQ(w.size(), s.at("tgt_tokens").size());
+      for (const auto& row : w) {
+        ASSERT_EQ(row.size(), s.at("src_tokens").size());
+        double sum = 0;
+        for (double x : row) sum += x;
+        EXPECT_NEAR(sum, 1.0, 1e-4);
+      }
+    }
+    // Every snapshot is on the page, once per sentence.
+    const std::string marker = "data-step=\"" + std::to_string(j.at("step").get<int64_t>()) + "\"";
+    size_t count = 0;
+    for (size_t p = page.find(marker); p != std::string::npos; p = page.find(marker, p + 1)) ++count;
+    EXPECT_EQ(count, 2u) << marker;
+  }
+  EXPECT_EQ(page.find("<script src"), std::string::npos);  // no external script
+  EXPECT_NE(page.find("type=\"range\""), std::string::npos);
+
+  // The same run without snapshots follows the same trajectory.
+  Config off = c;
+  off.run_dir = test::temp_dir("snap_off");
+  off.train.snapshot_sentences = 0;
+  train(off, {}, torch::kCPU);
+  const auto m_off = metrics(off.run_dir);
+  ASSERT_EQ(m_off.size(), m.size());
+  for (size_t i = 0; i < m.size(); ++i) EXPECT_EQ(m_off[i]["valid_loss"], m[i]["valid_loss"]);
+  EXPECT_TRUE(RunDir(off.run_dir).progress_snapshots().empty());
+
+  Config none = tiny_config(test::temp_dir("snap_none"), "none");
+  none.train.max_steps = 4;
+  train(none, {}, torch::kCPU);
+  EXPECT_TRUE(RunDir(none.run_dir).progress_snapshots().empty());
+  EXPECT_NE(test::read_file(RunDir(none.run_dir).progress_index()).find("no attention"), std::string::npos);
 }

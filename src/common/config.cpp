@@ -317,6 +317,8 @@ const std::vector<Key>& keys() {
                         "plain progress line every this many steps when stderr is not a terminal"));
     t.push_back(integer("train.keep_checkpoints", [](Config& c) -> int& { return c.train.keep_checkpoints; },
                         closed(0, 1000), "keep the checkpoints of the last N validations as `ckpt-<step>.pt` (0 = none), for `attnmt average`"));
+    t.push_back(integer("train.snapshot_sentences", [](Config& c) -> int& { return c.train.snapshot_sentences; },
+                        closed(0, 20), "validation sentences whose attention maps are kept at every validation in `progress/` (0 = none)"));
     t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
                        {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
     t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },

@@ -45,22 +45,60 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
 std::vector<std::string> RunDir::training_files() const {
   std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), train_log(), curves()};
   for (auto& p : periodic_checkpoints()) f.push_back(std::move(p));
+  for (auto& p : progress_snapshots()) f.push_back(std::move(p));
+  f.push_back(progress_index());
   return f;
 }
 
-std::vector<std::string> RunDir::periodic_checkpoints() const {
+std::string RunDir::progress_snapshot(int64_t step) const {
+  char name[48];
+  std::snprintf(name, sizeof(name), "progress/step-%08lld.json", static_cast<long long>(step));
+  return file(name);
+}
+
+namespace {
+// The step of a file named <prefix><digits><suffix>, or -1.
+int64_t step_of(const std::string& name, const std::string& prefix, const std::string& suffix) {
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0)
+    return -1;
+  const std::string digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
+  return std::stoll(digits);
+}
+
+// The files of dir named <prefix><step><suffix>, by step.
+std::vector<std::pair<int64_t, std::string>> numbered_files(const std::string& dir, const std::string& prefix,
+                                                            const std::string& suffix) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
-  for (fs::directory_iterator it(path_, ec), end; !ec && it != end; it.increment(ec)) {
-    const std::string name = it->path().filename().string();
-    if (name.size() < 9 || name.rfind("ckpt-", 0) != 0 || name.substr(name.size() - 3) != ".pt") continue;
-    const std::string digits = name.substr(5, name.size() - 8);
-    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos || digits.size() > 18) continue;
-    found.emplace_back(std::stoll(digits), it->path().string());
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const int64_t step = step_of(it->path().filename().string(), prefix, suffix);
+    if (step >= 0) found.emplace_back(step, it->path().string());
   }
   std::sort(found.begin(), found.end());
+  return found;
+}
+}  // namespace
+
+std::vector<std::string> RunDir::progress_snapshots() const {
   std::vector<std::string> out;
-  for (auto& [step, p] : found) out.push_back(std::move(p));
+  for (auto& [step, p] : numbered_files(progress_dir(), "step-", ".json")) out.push_back(std::move(p));
+  return out;
+}
+
+int RunDir::drop_progress_after(int64_t step) const {
+  int dropped = 0;
+  for (const auto& [s, p] : numbered_files(progress_dir(), "step-", ".json")) {
+    std::error_code ec;
+    if (s > step && fs::remove(p, ec)) ++dropped;
+  }
+  return dropped;
+}
+
+std::vector<std::string> RunDir::periodic_checkpoints() const {
+  std::vector<std::string> out;
+  for (auto& [step, p] : numbered_files(path_, "ckpt-", ".pt")) out.push_back(std::move(p));
   return out;
 }
 

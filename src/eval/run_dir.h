@@ -53,6 +53,15 @@ class RunDir {
   // Removes all but the newest `keep`; returns how many were removed.
   int prune_periodic_checkpoints(int keep) const;
 
+  // Attention snapshots during training (train.snapshot_sentences): progress/step-<step, 8 digits>.json, and
+  // progress/index.html, the page that plays them back.
+  std::string progress_dir() const { return file("progress"); }
+  std::string progress_index() const { return file("progress/index.html"); }
+  std::string progress_snapshot(int64_t step) const;
+  std::vector<std::string> progress_snapshots() const;  // oldest first
+  // Removes the snapshots after `step` (taken after the checkpoint being resumed); returns how many.
+  int drop_progress_after(int64_t step) const;
+
   // The files training writes (removed by `train --overwrite` before the new run starts).
   std::vector<std::string> training_files() const;
   // The files without which the directory is not a trained run (config and vocabularies).

@@ -24,6 +24,7 @@
 #include "eval/run_dir.h"
 #include "eval/search.h"
 #include "train/distributed.h"
+#include "train/snapshots.h"
 #include "viz/charts.h"
 
 namespace attnmt {
@@ -351,6 +352,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     if (opt.resume) {
       if (int dropped = dir.drop_metrics_after(st.step))
         spdlog::info("{}: dropped {} line(s) logged after step {}, the step being resumed", dir.metrics(), dropped, st.step);
+      dir.drop_progress_after(st.step);
     }
     write_file_atomic(dir.config(), resolved.dump(2) + "\n");
     if (!opt.resume) {
@@ -370,6 +372,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   }
   remove_early.reset();
 
+  AttentionSnapshots snapshots(data, main_rank ? cfg.train.snapshot_sentences : 0);
   spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
                padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
 
@@ -413,6 +416,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     if (main_rank) {
       dir.append_metrics(m);
       write_curves(dir);
+      snapshots.write(model, dir, st.step, m.epoch, v.bleu, device);
       if (tty) std::fprintf(stderr, "\r\033[K");
       spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}",
                    st.step, m.epoch, m.train_loss, v.loss, v.ppl, v.bleu, v.improved ? " (best)" : "");
