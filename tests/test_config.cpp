@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/progress.h"
 #include "support.h"
 
 using attnmt::Config;
@@ -272,4 +273,14 @@ TEST(ConfigKeys, EnumNamesRoundTrip) {
   EXPECT_THROW(attnmt::attention_type_from_string("additive"), UsageError);
   // A score given for another type is refused, naming the key.
   expect_bad(json::parse(R"({"model":{"attention":{"type":"bahdanau","score":"dot"}}})"), {"model.attention.score", "luong"});
+}
+
+TEST(Progress, TimeLeftFromTheRateSoFar) {
+  EXPECT_EQ(attnmt::format_duration(42), "42 s");
+  EXPECT_EQ(attnmt::format_duration(187), "3:07");
+  EXPECT_EQ(attnmt::format_duration(3729), "1:02:09");
+  // 37% done in 12 s: 12 / 0.37 - 12 = 20.4 s left.
+  EXPECT_EQ(attnmt::progress_text("translating", 370, 1000, 12.0), "translating: 37% (370/1000), 20 s left");
+  EXPECT_EQ(attnmt::progress_text("translating", 1000, 1000, 30.0), "translating: 100% (1000/1000)");
+  EXPECT_EQ(attnmt::progress_text("translating", 0, 1000, 1.0), "translating: 0% (0/1000)");
 }

@@ -9,6 +9,7 @@
 
 #include "common/errors.h"
 #include "common/fs.h"
+#include "common/progress.h"
 #include "common/runtime.h"
 #include "data/batcher.h"
 #include "eval/alignment.h"
@@ -68,7 +69,9 @@ std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, cons
   std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {
     return ids[static_cast<size_t>(a)].size() < ids[static_cast<size_t>(b)].size();
   });
+  ProgressLine progress("translating", static_cast<int64_t>(order.size()));
   for (size_t start = 0; start < order.size(); start += static_cast<size_t>(batch_size)) {
+    progress.update(static_cast<int64_t>(start));
     std::vector<int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                              order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + static_cast<size_t>(batch_size))));
     Batch b = make_src_batch(ids, idx);

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <limits>
 #include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -18,6 +19,7 @@
 
 #include "common/errors.h"
 #include "common/fs.h"
+#include "common/progress.h"
 #include "data/text.h"
 #include "common/random.h"
 #include "eval/bleu.h"
@@ -439,6 +441,18 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   };
 
   int64_t last_validated = opt.resume ? st.step : -1;
+  const int64_t first_step = st.step;
+  const double loop_start = now_s();
+  // Time to the end of training at this process's pace (validations included): epochs, max_steps or
+  // max_minutes, whichever ends it first.
+  auto time_left = [&](int64_t per_epoch) {
+    const double rate = static_cast<double>(st.step - first_step) / std::max(1e-9, now_s() - loop_start);  // steps/s
+    double steps = static_cast<double>((cfg.train.epochs - st.epoch) * per_epoch - st.batch_in_epoch);
+    if (cfg.train.max_steps > 0) steps = std::min(steps, static_cast<double>(cfg.train.max_steps - st.step));
+    double left = rate > 0 ? steps / rate : std::numeric_limits<double>::infinity();
+    if (cfg.train.max_minutes > 0) left = std::min(left, cfg.train.max_minutes * 60 - trainer.elapsed_s());
+    return format_duration(std::max(0.0, left));
+  };
   while (!trainer.should_stop()) {
     auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true);
     const int64_t per_epoch = static_cast<int64_t>(plan.size());
@@ -461,9 +475,9 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       const double now = now_s();
       if (tty && now - last_progress > 0.25) {
         double tps = static_cast<double>(window_tokens) / std::max(1e-9, now - window_t);
-        std::fprintf(stderr, "\r\033[Kepoch %lld  step %lld (%lld/%lld)  loss %.4f  %.0f tok/s", static_cast<long long>(st.epoch + 1),
-                     static_cast<long long>(st.step), static_cast<long long>(st.batch_in_epoch), static_cast<long long>(per_epoch),
-                     window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)), tps);
+        std::fprintf(stderr, "\r\033[Kepoch %lld %3d%%  step %lld  loss %.4f  %.0f tok/s  %s left", static_cast<long long>(st.epoch + 1),
+                     static_cast<int>(100 * st.batch_in_epoch / std::max<int64_t>(1, per_epoch)), static_cast<long long>(st.step),
+                     window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)), tps, time_left(per_epoch).c_str());
         last_progress = now;
       } else if (!tty && st.step % cfg.train.log_every == 0) {
         spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s{}", st.epoch + 1, st.step, st.batch_in_epoch,

@@ -48,11 +48,20 @@ ProgressSnapshot progress_snapshot_from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::string progress_html(const std::vector<ProgressSnapshot>& snapshots, const std::string& title) {
+std::string progress_html(const std::vector<ProgressSnapshot>& all, const std::string& title) {
+  // At most kMaxFrames snapshots, evenly spread, the first and the last included: the page stays a few MB.
+  constexpr size_t kMaxFrames = 16;
+  std::vector<ProgressSnapshot> snapshots;
+  if (all.size() <= kMaxFrames) {
+    snapshots = all;
+  } else {
+    for (size_t k = 0; k < kMaxFrames; ++k) snapshots.push_back(all[k * (all.size() - 1) / (kMaxFrames - 1)]);
+  }
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" << xml_escape(title) << "</title>\n"
     << kStyle << "</head><body>\n<h1>" << xml_escape(title) << "</h1>\n";
-  o << "<p>" << snapshots.size() << " validation(s). The attention of the model on fixed validation sentences (forcing the "
+  o << "<p>" << all.size() << " validation(s)" << (all.size() > snapshots.size() ? ", " + std::to_string(snapshots.size()) + " of them shown" : std::string())
+    << ". The attention of the model on fixed validation sentences (forcing the "
        "reference) at each validation: move the slider to watch the alignment emerge. Rows are target tokens, columns "
        "source tokens; darker = more attention.</p>\n";
   const size_t sentences = snapshots.empty() ? 0 : snapshots.front().maps.size();

@@ -23,7 +23,8 @@ nlohmann::json progress_snapshot_json(const ProgressSnapshot& s);
 // The inverse; throws nlohmann::json::exception on a malformed snapshot.
 ProgressSnapshot progress_snapshot_from_json(const nlohmann::json& j);
 
-// The page: per sentence, its maps at every step in order, one shown at a time, chosen with a slider.
+// The page: per sentence, its maps in step order (at most 16 validations, evenly spread, first and last
+// included), one shown at a time, chosen with a slider.
 std::string progress_html(const std::vector<ProgressSnapshot>& snapshots, const std::string& title);
 // The page of a model without attention: it says there is nothing to show, and why.
 std::string progress_html_without_attention(const std::string& title);
