@@ -1,4 +1,5 @@
 // attnmt compare RUN_DIR... --out DIR [--split test|valid]
+#include <cstdio>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -29,6 +30,7 @@ Command setup_compare(CLI::App& parent, const GlobalOptions& g) {
             std::vector<RunSummary> runs;
             for (const auto& d : opt->runs) runs.push_back(summarize_run(d, opt->split, g.device));
             write_comparison(opt->out, runs, opt->split);
+            std::fputs(comparison_table_text(runs).c_str(), stdout);
             spdlog::info("{}", comparison_paragraph(runs));
             spdlog::info("wrote {}/report.md, report.json, bleu_by_length.svg, index.html", opt->out);
             return 0;

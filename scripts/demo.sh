@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# The README's demo: set up, build, then the main job on the shipped corpus: check the corpus
-# generator, train the Bahdanau model (time-boxed), evaluate it on the test set (beam 5, BLEU by
-# length, AER), write attention maps, and print where every result was written.
+# The README's demo: set up, build, then what attnmt is for, on the shipped corpus: train the model without
+# attention (the fixed-context bottleneck) and the Bahdanau model, each time-boxed, evaluate both on the test
+# set (beam 5, BLEU by source length), write the Bahdanau model's attention maps, compare the two, and print
+# the side-by-side table and where every result was written. MINUTES (default 8) is the training time of
+# both together; a CUDA machine trains on the GPU (device auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 bash scripts/build.sh
 BIN=build/attnmt
 OUT=${OUT:-runs/demo}
-MINUTES=${MINUTES:-6}
+MINUTES=${MINUTES:-8}
+EACH=$(awk "BEGIN { print $MINUTES / 2 }")
 mkdir -p "$OUT"
 
 echo "== regenerating the shipped corpus into $OUT/corpus (must equal data/toy)"
@@ -18,20 +21,25 @@ for f in train.en train.fr train.align test.en test.fr test.align; do
 done
 echo "corpus: identical to data/toy"
 
-echo "== training configs/bahdanau.json for at most $MINUTES minutes"
-$BIN train --config configs/bahdanau.json --set run_dir="$OUT/bahdanau" --set train.max_minutes="$MINUTES" --overwrite
+for model in none bahdanau; do
+  echo "== training configs/$model.json for at most $EACH minutes"
+  $BIN train --config "configs/$model.json" --set run_dir="$OUT/$model" --set train.max_minutes="$EACH" --overwrite
+  echo "== evaluating $model on data/toy/test (beam 5)"
+  $BIN evaluate --run "$OUT/$model" --beam 5
+done
 
-echo "== evaluating on data/toy/test (beam 5)"
-$BIN evaluate --run "$OUT/bahdanau" --beam 5
-
-echo "== attention maps for the first 12 test sentences"
+echo "== attention maps of the Bahdanau model for the first 12 test sentences"
 $BIN attention --run "$OUT/bahdanau" --src data/toy/test.en --ref data/toy/test.fr --align data/toy/test.align \
   --out "$OUT/bahdanau/maps" --limit 12
 
+echo "== comparing: test BLEU by source length (tokens)"
+$BIN compare "$OUT/none" "$OUT/bahdanau" --out "$OUT/report"
+
 echo
 echo "Results:"
-echo "  corpus:      $OUT/corpus/{train,valid,test}.{en,fr,align}"
-echo "  run:         $OUT/bahdanau/ (config.json, src.vocab, tgt.vocab, best.pt, last.pt, train.log)"
-echo "  metrics:     $OUT/bahdanau/metrics.jsonl and $OUT/bahdanau/curves.svg"
-echo "  evaluation:  $OUT/bahdanau/eval/test.json and $OUT/bahdanau/eval/test.hyp"
+echo "  report:      $OUT/report/index.html (BLEU by length chart, table; report.md, report.json)"
+echo "  runs:        $OUT/none/ and $OUT/bahdanau/ (config.json, vocabularies, best.pt, last.pt, train.log,"
+echo "               metrics.jsonl, curves.svg, eval/test.json, eval/test.hyp)"
+echo "  training:    $OUT/bahdanau/progress/index.html (attention on two validation sentences at every validation)"
 echo "  maps:        $OUT/bahdanau/maps/index.html (and NNNN.{svg,json,csv})"
+echo "  corpus:      $OUT/corpus/{train,valid,test}.{en,fr,align}"

@@ -385,6 +385,13 @@ TEST(CompareCli, ReportNumbersMatchTheRunsEvaluations) {
   std::snprintf(bleu0, sizeof(bleu0), "%.2f", rep["runs"][0]["eval"]["bleu"].get<double>());
   EXPECT_NE(md.find(bleu0), std::string::npos) << md;
   EXPECT_NE(rep["summary"].get<std::string>().find("keeps"), std::string::npos);
+  // The terminal table: BLEU by length side by side, the overall BLEU, the long/short share.
+  EXPECT_NE(r.output.find("BLEU (all)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(bleu0), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("longest / shortest"), std::string::npos) << r.output;
+  // The page links each run's attention snapshots taken during training.
+  const std::string html = test::read_file(out + "/index.html");
+  EXPECT_NE(html.find("progress/index.html"), std::string::npos);
 }
 
 // The long-vs-short sentence in the comparison uses buckets that hold at least 5% of the sentences:

@@ -75,6 +75,7 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
     s.steps = m.step;
   }
   if (fs::is_regular_file(rd.maps_index())) s.maps = rd.maps_index();
+  if (fs::is_regular_file(rd.progress_index())) s.progress = rd.progress_index();
   return s;
 }
 
@@ -105,6 +106,48 @@ std::string comparison_paragraph(const std::vector<RunSummary>& runs) {
       << " BLEU points more than " << worst_ratio->name << "; on the shortest the gap is "
       << fmt("%.1f", bf->bleu - wf->bleu) << " points.";
   }
+  return o.str();
+}
+
+std::string comparison_table_text(const std::vector<RunSummary>& runs) {
+  if (runs.empty()) return "";
+  std::ostringstream o;
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%-14s %6s", "source tokens", "count");
+  o << buf;
+  for (const auto& r : runs) {
+    std::snprintf(buf, sizeof(buf), " %12s", r.name.substr(0, 12).c_str());
+    o << buf;
+  }
+  o << "\n";
+  for (size_t k = 0; k < runs[0].eval.by_length.size(); ++k) {
+    const BucketScore& b = runs[0].eval.by_length[k];
+    std::snprintf(buf, sizeof(buf), "%-14s %6lld", bucket_label(b).c_str(), static_cast<long long>(b.count));
+    o << buf;
+    for (const auto& r : runs) {
+      std::snprintf(buf, sizeof(buf), " %12.2f", k < r.eval.by_length.size() ? r.eval.by_length[k].bleu : 0.0);
+      o << buf;
+    }
+    o << "\n";
+  }
+  std::snprintf(buf, sizeof(buf), "%-21s", "BLEU (all)");
+  o << buf;
+  for (const auto& r : runs) {
+    std::snprintf(buf, sizeof(buf), " %12.2f", r.eval.bleu);
+    o << buf;
+  }
+  o << "\n";
+  std::snprintf(buf, sizeof(buf), "%-21s", "longest / shortest");
+  o << buf;
+  for (const auto& r : runs) {
+    auto [first, last] = ends(r);
+    if (first && last && first != last && first->bleu > 0)
+      std::snprintf(buf, sizeof(buf), " %11.0f%%", 100 * last->bleu / first->bleu);
+    else
+      std::snprintf(buf, sizeof(buf), " %12s", "-");
+    o << buf;
+  }
+  o << "\n";
   return o.str();
 }
 
@@ -179,7 +222,7 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
   h << "<img src=\"bleu_by_length.svg\" alt=\"BLEU by source length\">\n<table><tr><th>run</th><th>attention</th>"
        "<th>parameters</th><th>train min</th><th>epochs</th><th>BLEU</th><th>chrF</th><th>AER</th>";
   for (const auto& l : labels) h << "<th>" << xml_escape(l) << "</th>";
-  h << "<th>attention maps</th></tr>\n";
+  h << "<th>attention maps</th><th>during training</th></tr>\n";
   for (const auto& r : runs) {
     h << "<tr><td>" << xml_escape(r.name) << "</td><td>" << xml_escape(r.attention) << "</td><td>" << r.parameters << "</td><td>"
       << fmt("%.1f", r.train_s / 60) << "</td><td>" << r.epochs << "</td><td>" << fmt("%.2f", r.eval.bleu) << "</td><td>"
@@ -187,7 +230,9 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     for (const auto& b : r.eval.by_length) h << "<td>" << fmt("%.2f", b.bleu) << "</td>";
     std::error_code ec;
     std::string link = r.maps.empty() ? "" : fs::relative(fs::absolute(r.maps), fs::absolute(out), ec).string();
-    h << "<td>" << (link.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(link) + "\">gallery</a>") << "</td></tr>\n";
+    h << "<td>" << (link.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(link) + "\">gallery</a>") << "</td>";
+    std::string plink = r.progress.empty() ? "" : fs::relative(fs::absolute(r.progress), fs::absolute(out), ec).string();
+    h << "<td>" << (plink.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(plink) + "\">snapshots</a>") << "</td></tr>\n";
   }
   h << "</table>\n<p>Details: <a href=\"report.md\">report.md</a>, <a href=\"report.json\">report.json</a>.</p></body></html>\n";
   write_file_atomic(out + "/index.html", h.str());

@@ -19,6 +19,7 @@ struct RunSummary {
   int64_t epochs = 0, steps = 0;
   EvalResult eval;            // from run_dir/eval/<split>.json
   std::string maps;           // run_dir/maps/index.html when present
+  std::string progress;       // run_dir/progress/index.html (attention during training) when present
 };
 
 // Reads a run; evaluates the split first (beam from the config) when its eval JSON is missing.
@@ -26,6 +27,10 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
 
 // What the numbers show, as plain sentences computed from them.
 std::string comparison_paragraph(const std::vector<RunSummary>& runs);
+
+// BLEU by source length side by side, one column per run, and each run's share of its shortest bucket's
+// BLEU kept on its longest (buckets with at least 5% of the sentences), as plain text for the terminal.
+std::string comparison_table_text(const std::vector<RunSummary>& runs);
 
 // Writes report.md, report.json, bleu_by_length.svg and index.html into out.
 void write_comparison(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split);
