@@ -392,6 +392,21 @@ TEST(CompareCli, ReportNumbersMatchTheRunsEvaluations) {
   // The page links each run's attention snapshots taken during training.
   const std::string html = test::read_file(out + "/index.html");
   EXPECT_NE(html.find("progress/index.html"), std::string::npos);
+  // The longest test sentence: the reference, both runs' translations (their lines of eval/test.hyp), the maps.
+  ASSERT_EQ(rep["runs"].size(), 2u);
+  const auto refs = read_lines(c.data.test.tgt), srcs = read_lines(c.data.test.src);
+  ASSERT_EQ(refs.size(), srcs.size());
+  size_t longest = 0;
+  for (size_t i = 0; i < srcs.size(); ++i)
+    if (tokenize(srcs[i], TokenizerKind::kSpace, false).size() > tokenize(srcs[longest], TokenizerKind::kSpace, false).size()) longest = i;
+  EXPECT_NE(html.find(refs[longest]), std::string::npos);
+  for (const std::string& d : {run, c.run_dir}) {
+    const auto hyps = read_lines(d + "/eval/test.hyp");
+    ASSERT_EQ(hyps.size(), srcs.size());
+    EXPECT_NE(html.find(hyps[longest]), std::string::npos) << d;
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + "/longest_1.svg"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/longest_2.svg"));
 }
 
 // The long-vs-short sentence in the comparison uses buckets that hold at least 5% of the sentences:

@@ -76,6 +76,33 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
   }
   if (fs::is_regular_file(rd.maps_index())) s.maps = rd.maps_index();
   if (fs::is_regular_file(rd.progress_index())) s.progress = rd.progress_index();
+  // The longest source sentence of the split, for the report's side-by-side view.
+  const SplitConfig& files = split == "test" ? run.cfg.data.test : run.cfg.data.valid;
+  if (!files.src.empty() && fs::is_regular_file(files.src) && fs::is_regular_file(files.tgt) &&
+      fs::is_regular_file(rd.eval_hyp(split))) {
+    const std::vector<std::string> srcs = read_lines(files.src), refs = read_lines(files.tgt), hyps = read_lines(rd.eval_hyp(split));
+    if (srcs.size() == refs.size() && srcs.size() == hyps.size() && !srcs.empty()) {
+      size_t best = 0, best_len = 0;
+      for (size_t i = 0; i < srcs.size(); ++i) {
+        const size_t n = tokenize(srcs[i], run.kind, run.cfg.data.lowercase).size();
+        if (n > best_len) best = i, best_len = n;
+      }
+      auto& l = s.longest;
+      l.line = static_cast<int64_t>(best);
+      l.source = srcs[best];
+      l.reference = refs[best];
+      l.translation = hyps[best];
+      if (run.model->decoder->has_attention()) {
+        AttentionMap m;
+        m.src_tokens = tokenize(srcs[best], run.kind, run.cfg.data.lowercase);
+        m.tgt_tokens = tokenize(refs[best], run.kind, run.cfg.data.lowercase);
+        m.weights = forced_attention(run, {m.src_tokens}, {m.tgt_tokens})[0];
+        m.source_text = l.source;
+        m.target_text = l.reference;
+        l.map = std::move(m);
+      }
+    }
+  }
   return s;
 }
 
@@ -234,7 +261,30 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     std::string plink = r.progress.empty() ? "" : fs::relative(fs::absolute(r.progress), fs::absolute(out), ec).string();
     h << "<td>" << (plink.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(plink) + "\">snapshots</a>") << "</td></tr>\n";
   }
-  h << "</table>\n<p>Details: <a href=\"report.md\">report.md</a>, <a href=\"report.json\">report.json</a>.</p></body></html>\n";
+  h << "</table>\n";
+  // The longest sentence: every run's translation next to the reference, and the attention maps.
+  if (runs[0].longest.line >= 0) {
+    const auto& l0 = runs[0].longest;
+    h << "<h2>The longest " << xml_escape(split) << " sentence (line " << l0.line + 1 << ")</h2>\n<table><tr><th>source</th><td style=\"text-align:left\">"
+      << xml_escape(l0.source) << "</td></tr>\n<tr><th>reference</th><td style=\"text-align:left\">" << xml_escape(l0.reference) << "</td></tr>\n";
+    for (const auto& r : runs)
+      if (r.longest.line == l0.line)
+        h << "<tr><th>" << xml_escape(r.name) << "</th><td style=\"text-align:left\">" << xml_escape(r.longest.translation) << "</td></tr>\n";
+    h << "</table>\n";
+    for (size_t k = 0; k < runs.size(); ++k) {
+      const RunSummary& r = runs[k];
+      if (r.longest.line != l0.line) continue;
+      if (!r.longest.map) {
+        h << "<p><b>" << xml_escape(r.name) << "</b>: no attention map; its decoder sees one fixed vector for the whole sentence.</p>\n";
+        continue;
+      }
+      const std::string file = "longest_" + std::to_string(k + 1) + ".svg";
+      write_file_atomic(out + "/" + file, attention_svg(*r.longest.map));
+      h << "<p><b>" << xml_escape(r.name) << "</b>: attention forcing the reference (rows: reference tokens, columns: source tokens)</p>\n"
+        << "<img src=\"" << xml_escape(file) << "\" alt=\"attention map of " << xml_escape(r.name) << "\" style=\"max-width:100%\">\n";
+    }
+  }
+  h << "<p>Details: <a href=\"report.md\">report.md</a>, <a href=\"report.json\">report.json</a>.</p></body></html>\n";
   write_file_atomic(out + "/index.html", h.str());
 }
 

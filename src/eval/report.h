@@ -1,12 +1,14 @@
 // Comparing runs: one summary per run (attention type, size, training time, test scores, BLEU by
 // source length) and the report files: report.md, report.json, bleu_by_length.svg, index.html.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "eval/evaluator.h"
+#include "viz/attention_maps.h"
 
 namespace attnmt {
 
@@ -20,6 +22,13 @@ struct RunSummary {
   EvalResult eval;            // from run_dir/eval/<split>.json
   std::string maps;           // run_dir/maps/index.html when present
   std::string progress;       // run_dir/progress/index.html (attention during training) when present
+  // The split's longest source sentence (the first of the longest), with the reference, this run's
+  // translation (from eval/<split>.hyp) and, for an attention model, its attention map forcing the reference.
+  struct LongSentence {
+    int64_t line = -1;  // 0-based line of the split's files; -1 when unknown (explicit files, no hypotheses)
+    std::string source, reference, translation;
+    std::optional<AttentionMap> map;
+  } longest;
 };
 
 // Reads a run; evaluates the split first (beam from the config) when its eval JSON is missing.
