@@ -50,7 +50,7 @@ void chart(std::ostringstream& o, const ChartSpec& c, int x0) {
   if (xmax == xmin) xmax = xmin + 1;
   if (ymax <= ymin) ymax = ymin + 1;
   double ystep = tick_step(ymax - ymin, 5);
-  ymax = std::ceil(ymax / ystep) * ystep;
+  ymax = std::ceil(ymax / ystep - 1e-9) * ystep;  // a BLEU of 100 + rounding error stays on the 100 tick
   auto X = [&](double x) { return ml + (x - xmin) / (xmax - xmin) * pw; };
   auto Y = [&](double y) { return mt + ph - (y - ymin) / (ymax - ymin) * ph; };
   o << "<g transform=\"translate(" << x0 << ",0)\">\n";
