@@ -53,6 +53,23 @@ const std::string& tiny_run() {
   return dir;
 }
 
+// A trained tiny run without attention, and its corpus, shared by the tests that refuse it.
+struct NoneRun {
+  std::string corpus, dir;
+};
+const NoneRun& tiny_none_run() {
+  static NoneRun r = [] {
+    std::string corpus = test::tiny_toy_corpus("none_corpus", 32, 6, 6, 12);
+    Config c = test::tiny_config_for(corpus, test::temp_dir("none_run"), "none");
+    c.model.hidden_dim = 8;
+    c.train.epochs = 1;
+    validate(c);
+    train(c, {}, torch::kCPU);
+    return NoneRun{corpus, c.run_dir};
+  }();
+  return r;
+}
+
 }  // namespace
 
 TEST(Search, BeamOneEqualsGreedyWithoutPenalty) {
@@ -258,14 +275,9 @@ TEST(AttentionCli, WritesMapsGalleryAndAer) {
 }
 
 TEST(AttentionCli, NoneModelSaysThereAreNoWeights) {
-  std::string corpus = test::tiny_toy_corpus("none_corpus", 32, 6, 6, 12);
-  Config c = test::tiny_config_for(corpus, test::temp_dir("none_run"), "none");
-  c.model.hidden_dim = 8;
-  c.train.epochs = 1;
-  validate(c);
-  train(c, {}, torch::kCPU);
+  const NoneRun& none = tiny_none_run();
   std::string out = test::temp_dir("none_maps") + "/maps";
-  auto r = test::run_cli("attention --run " + c.run_dir + " --src " + corpus + "/test.en --out " + out);
+  auto r = test::run_cli("attention --run " + none.dir + " --src " + none.corpus + "/test.en --out " + out);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no attention weights"), std::string::npos) << r.output;
   EXPECT_FALSE(std::filesystem::exists(out));  // nothing misleading written
@@ -557,13 +569,8 @@ TEST(Translate, SoftRowsSumToOneAndJsonlRoundTripsTheText) {
 }
 
 TEST(Translate, AlignmentOfTheModelWithoutAttentionIsRefused) {
-  std::string corpus = test::tiny_toy_corpus("none_align_corpus", 32, 6, 6, 12);
-  Config c = test::tiny_config_for(corpus, test::temp_dir("none_align_run"), "none");
-  c.model.hidden_dim = 8;
-  c.train.epochs = 1;
-  validate(c);
-  train(c, {}, torch::kCPU);
-  auto r = test::run_cli("translate --run " + c.run_dir + " --alignment hard --input " + corpus + "/test.en");
+  const NoneRun& none = tiny_none_run();
+  auto r = test::run_cli("translate --run " + none.dir + " --alignment hard --input " + none.corpus + "/test.en");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("no attention weights"), std::string::npos) << r.output;
 }

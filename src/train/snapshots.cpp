@@ -4,7 +4,6 @@
 #include <numeric>
 
 #include "common/fs.h"
-#include "viz/progress.h"
 
 namespace attnmt {
 
@@ -56,16 +55,19 @@ void AttentionSnapshots::write(Seq2Seq& model, const RunDir& dir, int64_t step, 
       snap.maps.push_back(std::move(m));
     }
   }
-  write_file_atomic(dir.progress_snapshot(step), progress_snapshot_json(snap).dump() + "\n");
-  std::vector<ProgressSnapshot> all;
-  for (const auto& path : dir.progress_snapshots()) {
-    try {
-      all.push_back(progress_snapshot_from_json(read_json_file(path)));
-    } catch (const std::exception&) {
-      // a snapshot that cannot be read (written by something else) is left out of the page
+  if (!loaded_) {  // earlier snapshots of a resumed run (those past the checkpoint were dropped)
+    for (const auto& path : dir.progress_snapshots()) {
+      try {
+        history_.push_back(progress_snapshot_from_json(read_json_file(path)));
+      } catch (const std::exception&) {
+        // a snapshot that cannot be read (written by something else) is left out of the page
+      }
     }
+    loaded_ = true;
   }
-  write_file_atomic(dir.progress_index(), progress_html(all, title));
+  write_file_atomic(dir.progress_snapshot(step), progress_snapshot_json(snap).dump() + "\n");
+  history_.push_back(std::move(snap));
+  write_file_atomic(dir.progress_index(), progress_html(history_, title));
 }
 
 }  // namespace attnmt

@@ -10,6 +10,7 @@
 #include "eval/run_dir.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
+#include "viz/progress.h"
 
 namespace attnmt {
 
@@ -26,6 +27,9 @@ class AttentionSnapshots {
  private:
   const RunData& data_;
   std::vector<int64_t> rows_;
+  // The snapshots of this run so far: read from progress/ once (a resumed run's earlier ones), then appended.
+  std::vector<ProgressSnapshot> history_;
+  bool loaded_ = false;
 };
 
 }  // namespace attnmt
