@@ -61,10 +61,10 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
             if (!refs.empty()) refs.resize(n);
             std::vector<std::vector<std::string>> src_tok(n), tgt_tok(n);
             std::vector<std::string> tgt_text(n);
-            for (size_t i = 0; i < n; ++i) src_tok[i] = tokenize(srcs[i], run.kind, run.cfg.data.lowercase);
+            for (size_t i = 0; i < n; ++i) src_tok[i] = run.tok.encode(srcs[i], Side::kSource);
             if (!refs.empty()) {
               for (size_t i = 0; i < n; ++i) {
-                tgt_tok[i] = tokenize(refs[i], run.kind, run.cfg.data.lowercase);
+                tgt_tok[i] = run.tok.encode(refs[i], Side::kTarget);
                 tgt_text[i] = refs[i];
               }
             } else {
@@ -78,9 +78,9 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
             std::vector<Alignment> aligns;
             if (!opt->align.empty()) {
               std::vector<size_t> sl, tl;
-              for (size_t i = 0; i < n; ++i) {
-                sl.push_back(src_tok[i].size());
-                tl.push_back(tgt_tok[i].size());
+              for (size_t i = 0; i < n; ++i) {  // gold alignments are between words
+                sl.push_back(run.tok.join_words(src_tok[i]).size());
+                tl.push_back(run.tok.join_words(tgt_tok[i]).size());
               }
               aligns = read_alignments(opt->align, &sl, &tl, /*prefix=*/true);  // --limit may use the first lines only
             }
@@ -108,23 +108,40 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
                   m.heads.push_back(std::move(rows));
                 }
               }
-              if (!aligns.empty()) {
-                m.gold = aligns[i];
-                AerCounts c = aer_counts(hard_alignment(m.weights), aligns[i]);
-                total.add(c);
-                m.aer = c.aer();
-              }
               char stem[16];
               std::snprintf(stem, sizeof(stem), "%04zu", i + 1);
               if (m.src_tokens.empty() || m.tgt_tokens.empty()) {
                 spdlog::warn("sentence {}: empty source or target, no map", i + 1);
                 continue;
               }
-              std::string base = opt->out + "/" + stem;
-              if (has("json")) write_file_atomic(base + ".json", attention_json(m));
-              if (has("csv")) write_file_atomic(base + ".csv", attention_csv(m));
-              if (has("svg")) write_file_atomic(base + ".svg", attention_svg(m));
-              entries.emplace_back(stem, std::move(m));
+              // A subword run gets two maps per sentence: pieces (NNNN.*) and words (NNNN.words.*, source
+              // columns summed and target rows averaged over each word's pieces); AER is taken on words.
+              std::optional<AttentionMap> words;
+              if (run.tok.subword()) {
+                AttentionMap w;
+                w.src_tokens = run.tok.join_words(m.src_tokens);
+                w.tgt_tokens = run.tok.join_words(m.tgt_tokens);
+                w.weights = word_level_map(m.weights, run.tok.word_index(m.src_tokens), run.tok.word_index(m.tgt_tokens));
+                w.source_text = m.source_text;
+                w.target_text = m.target_text;
+                words = std::move(w);
+              }
+              AttentionMap& scored = words ? *words : m;
+              if (!aligns.empty()) {
+                scored.gold = aligns[i];
+                AerCounts c = aer_counts(hard_alignment(scored.weights), aligns[i]);
+                total.add(c);
+                scored.aer = c.aer();
+              }
+              auto write = [&](const std::string& name, AttentionMap map) {
+                const std::string base = opt->out + "/" + name;
+                if (has("json")) write_file_atomic(base + ".json", attention_json(map));
+                if (has("csv")) write_file_atomic(base + ".csv", attention_csv(map));
+                if (has("svg")) write_file_atomic(base + ".svg", attention_svg(map));
+                entries.emplace_back(name, std::move(map));
+              };
+              write(stem, std::move(m));
+              if (words) write(std::string(stem) + ".words", std::move(*words));
             }
             std::optional<double> corpus_aer;
             if (!aligns.empty()) corpus_aer = total.aer();

@@ -32,7 +32,8 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
             EvalResult r = evaluate_run(run, opt->run, opt->req);
             std::printf("%s\n%s = %.2f\n", r.bleu_line.c_str(), r.chrf_signature.c_str(), r.chrf);
-            std::printf("%-12s %8s %8s\n", "src length", "count", "BLEU");
+            std::printf("lowercased BLEU = %.2f, <unk> in the hypotheses: %.2f%% of tokens\n", r.bleu_lc, 100.0 * r.unk_rate);
+            std::printf("%-12s %8s %8s\n", "src words", "count", "BLEU");
             for (const auto& b : r.by_length) {
               std::string range = std::to_string(b.min) + "-" + (b.max < 0 ? std::string("") : std::to_string(b.max));
               std::printf("%-12s %8lld %8.2f\n", range.c_str(), static_cast<long long>(b.count), b.bleu);

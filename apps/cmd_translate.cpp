@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/progress.h"
 #include "eval/alignment.h"
 #include "eval/evaluator.h"
 
@@ -94,6 +96,7 @@ namespace {
 class LineReader {
  public:
   explicit LineReader(int fd) : fd_(fd) {}
+  // (A byte-order mark at the start of the input is removed, as every file reader does.)
   // Next line if one is complete in the buffer, or (blocking) after reading more; false at EOF.
   bool next(std::string& line) {
     for (;;) {
@@ -102,12 +105,16 @@ class LineReader {
         line = buf_.substr(pos_, nl - pos_);
         pos_ = nl + 1;
         if (!line.empty() && line.back() == '\r') line.pop_back();
+        if (first_) strip_bom(line);
+        first_ = false;
         return true;
       }
       if (eof_) {
         if (pos_ < buf_.size()) {
           line = buf_.substr(pos_);
           pos_ = buf_.size();
+          if (first_) strip_bom(line);
+          first_ = false;
           return true;
         }
         return false;
@@ -140,6 +147,7 @@ class LineReader {
   std::string buf_;
   size_t pos_ = 0;
   bool eof_ = false;
+  bool first_ = true;  // the next line is the first one
 };
 }  // namespace
 
@@ -202,6 +210,8 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
             }
             std::ostream& out = tmp_out.empty() ? std::cout : file;
             LineReader reader(fd);
+            std::unique_ptr<ProgressLine> progress;  // a file's size is known: show progress and time left on a terminal
+            if (fd != 0) progress = std::make_unique<ProgressLine>("translating", static_cast<int64_t>(count_lines(opt->input)));
             std::vector<std::string> pending;
             std::string line;
             int64_t count = 0;
@@ -212,10 +222,14 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
                   throw UsageError((opt->input.empty() ? std::string("stdin") : opt->input) + ":" +
                                    std::to_string(count + static_cast<int64_t>(i) + 1) + ": invalid UTF-8");
               auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
+              if (so.keep_weights && run.tok.subword())  // alignments between words, not pieces
+                for (auto& hyps : results)
+                  for (auto& t : hyps) t = word_level(run, t);
               for (size_t i = 0; i < results.size(); ++i)
                 out << format_result(count + static_cast<int64_t>(i), pending[i], results[i], opt->fmt);
               out.flush();
               count += static_cast<int64_t>(pending.size());
+              if (progress) progress->update(count);
               pending.clear();
             };
             try {

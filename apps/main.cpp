@@ -11,6 +11,7 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+#include "data/tokenizer.h"
 #include "common/errors.h"
 #include "common/runtime.h"
 
@@ -72,6 +73,7 @@ int main(int argc, char** argv) {
   // Before the first matrix product: run OpenBLAS's fast kernel for this CPU when it fell back to its generic
   // one (may re-execute the process; common/runtime.h says how a user's OPENBLAS_CORETYPE is kept).
   choose_blas_kernel(argv);
+  if (const char* spm = std::getenv("ATTNMT_SPM_HELPER"); spm && *spm) set_spm_helper_path(spm);  // else beside attnmt
   try {
     setup_logging(g.log_level);
     // In a data-parallel job rank 0 speaks for all; the other ranks only warn and fail, under their rank.

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/bottleneck}
 EPOCHS=${EPOCHS:-6}
-BIN=build/attnmt
+BIN=${BIN:-build/attnmt}
 [ -x "$BIN" ] || bash scripts/build.sh
 mkdir -p "$OUT"
 start=$(date +%s)

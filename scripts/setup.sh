@@ -5,8 +5,9 @@ set -euo pipefail
 
 # libgloo-dev: Gloo's headers, which LibTorch's c10d needs for distributed training (attnmt train --nproc).
 # libtcmalloc-minimal4: the allocator attnmt links (CMakeLists.txt says why: page faults on every step).
-PACKAGES=(cmake g++ make ccache libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libopenblas0-pthread libgloo-dev
-          libtcmalloc-minimal4)
+# libsentencepiece-dev + pkg-config: subword units (data.tokenizer "sentencepiece"), trained and applied in-process.
+PACKAGES=(cmake g++ make ccache pkg-config libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libopenblas0-pthread
+          libgloo-dev libtcmalloc-minimal4 libsentencepiece-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

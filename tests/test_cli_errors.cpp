@@ -148,6 +148,30 @@ TEST(BadInputCatalogue, Corpora) {
   });
 }
 
+TEST(BadInputCatalogue, SentencePiece) {
+  std::string w = make_work("cat_spm", false);
+  write_file(w + "/corrupt.model", "this is not a SentencePiece model\n");
+  // a subword run whose model file was damaged afterwards
+  CliResult r = run_cli("--log-level warn train -c " + w + "/good.json --set data.tokenizer=sentencepiece --set data.spm.vocab_size=60");
+  ASSERT_EQ(r.code, 0) << r.output;
+  write_file(w + "/run/src.spm.model", "garbage");
+  write_file(w + "/one_line.src", "the cat sleeps\n");
+  const std::string spm = "train -c {W}/good.json --set run_dir={W}/spm_run --set data.tokenizer=sentencepiece";
+  run_catalogue(w, {
+      {"more pieces than the corpus allows", spm + " --set data.spm.vocab_size=100000", 2, "data.spm.vocab_size"},
+      {"user model file missing", spm + " --set data.spm.src_model={W}/missing.model --set data.spm.tgt_model={W}/missing.model", 2,
+       "missing.model"},
+      {"user model file corrupt", spm + " --set data.spm.src_model={W}/corrupt.model --set data.spm.tgt_model={W}/corrupt.model", 2,
+       "corrupt.model"},
+      {"source model without a target model", spm + " --set data.spm.src_model={W}/corrupt.model", 2, "data.spm"},
+      {"model files with a word-level tokenizer",
+       "train -c {W}/good.json --set data.spm.src_model={W}/corrupt.model --set data.spm.tgt_model={W}/corrupt.model", 2,
+       "data.spm.src_model"},
+      {"unknown piece algorithm", spm + " --set data.spm.model_type=wordpiece", 2, "data.spm.model_type"},
+      {"run whose SentencePiece model is damaged", "translate -r {W}/run -i {W}/one_line.src", 2, "src.spm.model"},
+  });
+}
+
 TEST(BadInputCatalogue, VocabulariesAlignmentsAndCheckpoints) {
   std::string w = make_work("cat_run", true);
   // Copies of the trained run, each broken in one way.

@@ -146,7 +146,7 @@ TEST(Corpus, TsvIgnoresExtraColumnsAndFilteringCounts) {
   ParallelText p = read_tsv(dir + "/t.tsv");
   ASSERT_EQ(p.src.size(), 4u);
   EXPECT_EQ(p.tgt[0], "Va !");
-  TokenizedCorpus c = tokenize_corpus(p, TokenizerKind::k13a, false, 5);
+  TokenizedCorpus c = tokenize_corpus(p, Tokenizer(TokenizerKind::k13a, false), 5);
   EXPECT_EQ(c.stats.read, 4);
   EXPECT_EQ(c.stats.dropped_empty, 1);
   EXPECT_EQ(c.stats.dropped_long, 1);
@@ -154,7 +154,7 @@ TEST(Corpus, TsvIgnoresExtraColumnsAndFilteringCounts) {
   EXPECT_EQ(c.examples[1].line, 3);
   EXPECT_EQ(c.examples[0].src, (std::vector<std::string>{"Go", "."}));
   write_file(dir + "/e.tsv", "\n\n");
-  std::string m = expect_usage_error([&] { tokenize_corpus(read_tsv(dir + "/e.tsv"), TokenizerKind::k13a, false, 5); });
+  std::string m = expect_usage_error([&] { tokenize_corpus(read_tsv(dir + "/e.tsv"), Tokenizer(TokenizerKind::k13a, false), 5); });
   EXPECT_NE(m.find("no sentence pairs left"), std::string::npos) << m;
 }
 
@@ -278,7 +278,7 @@ TEST(SharedData, Multi30kLoadsTokenizesAndBatches) {
   if (shared.empty()) GTEST_SKIP() << "../shared/data not found next to the checkout: skipping the Multi30k test";
   ParallelText p = read_parallel(shared + "/multi30k/val.de", shared + "/multi30k/val.en");
   ASSERT_EQ(p.src.size(), 1014u);
-  TokenizedCorpus c = tokenize_corpus(p, TokenizerKind::k13a, false, 80);
+  TokenizedCorpus c = tokenize_corpus(p, Tokenizer(TokenizerKind::k13a, false), 80);
   EXPECT_GT(c.examples.size(), 1000u);
   Vocab sv = Vocab::build([&] {
     std::vector<std::vector<std::string>> s;

@@ -520,7 +520,7 @@ TEST(Translate, HardAlignmentsAreInRangeAndMatchForcedDecoding) {
     const auto tab = lines[i].find('\t');
     ASSERT_NE(tab, std::string::npos) << lines[i];
     const std::string text = lines[i].substr(0, tab), pairs = lines[i].substr(tab + 1);
-    const auto src_tok = tokenize(src[i], loaded.kind, false), hyp_tok = tokenize(text, loaded.kind, false);
+    const auto src_tok = loaded.tok.encode(src[i], Side::kSource), hyp_tok = loaded.tok.encode(text, Side::kTarget);
     Alignment a;
     std::istringstream in(pairs);
     for (std::string p; in >> p;) {

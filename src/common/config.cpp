@@ -253,10 +253,22 @@ const std::vector<Key>& keys() {
     ATTNMT_SPLIT_KEYS(test, "test pairs (`evaluate`)")
 #undef ATTNMT_SPLIT_KEYS
     t.push_back(integer("data.max_len", [](Config& c) -> int& { return c.data.max_len; }, closed(1, 1000),
-                        "training/validation pairs with a side longer than this (tokens) are dropped and counted"));
+                        "training/validation pairs with a side longer than this many tokens (pieces with `sentencepiece`) are dropped and counted"));
     t.push_back(boolean("data.lowercase", [](Config& c) -> bool& { return c.data.lowercase; }, "lowercase before tokenizing"));
-    t.push_back(choice("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; }, {"space", "13a"},
-                       "`space`: pre-tokenized text; `13a`: sacreBLEU's 13a rules"));
+    t.push_back(choice("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; }, {"space", "13a", "sentencepiece"},
+                       "`space`: pre-tokenized text; `13a`: sacreBLEU's 13a rules; `sentencepiece`: subword pieces (`data.spm.*`)"));
+    t.push_back(integer("data.spm.vocab_size", [](Config& c) -> int& { return c.data.spm.vocab_size; }, closed(8, 1000000),
+                        "pieces per SentencePiece model, trained on the training split by `train`"));
+    t.push_back(choice("data.spm.model_type", [](Config& c) -> std::string& { return c.data.spm.model_type; },
+                       {"unigram", "bpe"}, "SentencePiece algorithm"));
+    t.push_back(boolean("data.spm.joint", [](Config& c) -> bool& { return c.data.spm.joint; },
+                        "one SentencePiece model trained on both sides (else one per side)"));
+    t.push_back(number("data.spm.character_coverage", [](Config& c) -> double& { return c.data.spm.character_coverage; },
+                       {0, 1, true, false, ""}, "share of the training characters the pieces cover; the rest become `<unk>`"));
+    t.push_back(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
+                     "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"));
+    t.push_back(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
+                     "a trained SentencePiece `.model` for the target side (with `src_model`)"));
     t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
                         "keep source tokens seen at least this often"));
     t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
@@ -510,6 +522,11 @@ void validate(const Config& c) {
     if (!s->tsv.empty() && (!s->src.empty() || !s->tgt.empty())) fail(key(s->tsv), "give either tsv or src/tgt, not both");
     if (s->src.empty() != s->tgt.empty()) fail(s->src.empty() ? key(s->src) : key(s->tgt), "src and tgt must be given together");
   }
+  const SpmConfig& spm = c.data.spm;
+  if (spm.src_model.empty() != spm.tgt_model.empty())
+    fail(spm.src_model.empty() ? key(spm.src_model) : key(spm.tgt_model), "src_model and tgt_model must be given together");
+  if (!spm.src_model.empty() && c.data.tokenizer != "sentencepiece")
+    fail(key(spm.src_model), "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'");
   // model
   const auto& m = c.model;
   if (m.bidirectional && m.hidden_dim % 2 != 0)

@@ -22,13 +22,23 @@ struct VocabConfig {
   int max_size = 0;  // keep at most this many tokens besides the specials (0 = no limit)
 };
 
+// SentencePiece subword units (data.tokenizer "sentencepiece").
+struct SpmConfig {
+  int vocab_size = 8000;               // pieces per model (one per side, or one joint model)
+  std::string model_type = "unigram";  // unigram | bpe
+  bool joint = false;                  // one model trained on both sides
+  double character_coverage = 1.0;     // share of characters the model covers (the rest map to <unk>)
+  std::string src_model, tgt_model;    // user-supplied .model files instead of training (both or neither)
+};
+
 struct DataConfig {
   SplitConfig train;              // training pairs (required for train)
   SplitConfig valid;              // validation pairs (required for train)
   SplitConfig test;               // test pairs (used by evaluate)
   int max_len = 80;               // drop training pairs longer than this many tokens on either side
   bool lowercase = false;         // lowercase text before tokenizing
-  std::string tokenizer = "13a";  // "space" (pre-tokenized text) or "13a" (sacreBLEU-style)
+  std::string tokenizer = "13a";  // "space" (pre-tokenized text), "13a" (sacreBLEU-style) or "sentencepiece"
+  SpmConfig spm;                  // sentencepiece only
   VocabConfig src_vocab;          // source vocabulary limits
   VocabConfig tgt_vocab;          // target vocabulary limits
 };

@@ -51,14 +51,14 @@ ParallelText read_split(const SplitConfig& split, const std::string& path) {
   throw UsageError(path + ": no files given (set src and tgt, or tsv)");
 }
 
-TokenizedCorpus tokenize_corpus(const ParallelText& text, TokenizerKind kind, bool lowercase, int max_len) {
+TokenizedCorpus tokenize_corpus(const ParallelText& text, const Tokenizer& tok, int max_len) {
   TokenizedCorpus out;
   out.stats.read = static_cast<int64_t>(text.src.size());
   out.examples.reserve(text.src.size());
   for (size_t i = 0; i < text.src.size(); ++i) {
     Example e;
-    e.src = tokenize(text.src[i], kind, lowercase);
-    e.tgt = tokenize(text.tgt[i], kind, lowercase);
+    e.src = tok.encode(text.src[i], Side::kSource);
+    e.tgt = tok.encode(text.tgt[i], Side::kTarget);
     e.line = static_cast<int64_t>(i);
     if (max_len > 0) {
       if (e.src.empty() || e.tgt.empty()) {

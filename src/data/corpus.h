@@ -7,6 +7,7 @@
 
 #include "common/config.h"
 #include "data/text.h"
+#include "data/tokenizer.h"
 
 namespace attnmt {
 
@@ -45,9 +46,9 @@ struct TokenizedCorpus {
   FilterStats stats;
 };
 
-// Tokenizes; when max_len > 0, drops empty pairs and pairs longer than max_len and counts them.
-// Throws UsageError naming the origin when nothing is left.
-TokenizedCorpus tokenize_corpus(const ParallelText& text, TokenizerKind kind, bool lowercase, int max_len);
+// Tokenizes into model tokens; when max_len > 0, drops empty pairs and pairs longer than max_len
+// tokens (pieces, for SentencePiece) and counts them. Throws UsageError naming the origin when nothing is left.
+TokenizedCorpus tokenize_corpus(const ParallelText& text, const Tokenizer& tok, int max_len);
 
 // Pharaoh alignments "i-j i-j ..." (0-based source-target), one line per sentence pair.
 using Alignment = std::vector<std::pair<int, int>>;

@@ -33,6 +33,12 @@ size_t find_invalid_utf8(std::string_view s) {
   return std::string::npos;
 }
 
+bool strip_bom(std::string& s) {
+  if (s.compare(0, kUtf8Bom.size(), kUtf8Bom) != 0) return false;
+  s.erase(0, kUtf8Bom.size());
+  return true;
+}
+
 std::vector<std::string> read_lines(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(path + ": cannot open file");
@@ -40,6 +46,7 @@ std::vector<std::string> read_lines(const std::string& path) {
   std::string line;
   while (std::getline(in, line)) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lines.empty()) strip_bom(line);
     size_t bad = find_invalid_utf8(line);
     if (bad != std::string::npos)
       throw UsageError(path + ":" + std::to_string(lines.size() + 1) + ": invalid UTF-8 at byte " + std::to_string(bad + 1));
@@ -52,7 +59,20 @@ std::vector<std::string> read_lines(const std::string& path) {
   return lines;
 }
 
-size_t count_lines(const std::string& path) { return read_lines(path).size(); }
+size_t count_lines(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(path + ": cannot open file");
+  size_t n = 0;
+  char last = '\n';
+  char buf[65536];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    const auto got = static_cast<size_t>(in.gcount());
+    for (size_t i = 0; i < got; ++i) n += buf[i] == '\n';
+    last = buf[got - 1];
+  }
+  if (in.bad()) throw UsageError(path + ": read error");
+  return n + (last != '\n');
+}
 
 TokenizerKind tokenizer_from_string(const std::string& name) {
   if (name == "space" || name == "none") return TokenizerKind::kSpace;

@@ -9,11 +9,17 @@ namespace attnmt {
 // Returns the byte offset of the first invalid UTF-8 sequence, or std::string::npos when valid.
 size_t find_invalid_utf8(std::string_view s);
 
-// Reads all lines of a file, stripping a trailing '\r' (CRLF files) and checking UTF-8.
+// The UTF-8 byte-order mark some editors write at the start of a file.
+inline constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
+// Removes a byte-order mark at the start of s (the first line of a file); true when there was one.
+bool strip_bom(std::string& s);
+
+// Reads all lines of a file, stripping a byte-order mark at its start, a trailing '\r' (CRLF files), and checking UTF-8.
 // Throws UsageError naming the file (and line) when it is missing, unreadable or not UTF-8.
 std::vector<std::string> read_lines(const std::string& path);
 
-// Number of lines in a file (a final line without '\n' counts); throws UsageError when unreadable.
+// Number of lines in a file (a final line without '\n' counts), without checking their text; throws
+// UsageError when unreadable.
 size_t count_lines(const std::string& path);
 
 enum class TokenizerKind { kSpace, k13a };

@@ -36,7 +36,7 @@ LoadedRun load_run(const std::string& run_dir, const std::string& which, const s
   }
   r.src_vocab = Vocab::load(dir.src_vocab());
   r.tgt_vocab = Vocab::load(dir.tgt_vocab());
-  r.kind = tokenizer_from_string(r.cfg.data.tokenizer);
+  r.tok = Tokenizer::from_config(r.cfg.data, dir.src_spm(), dir.tgt_spm());
   r.device = resolve_device(device_spec.empty() ? r.cfg.device : device_spec);
   r.model = Seq2Seq(r.cfg.model, r.src_vocab.size(), r.tgt_vocab.size());
   if (which == "best" || which == "last") {
@@ -58,7 +58,7 @@ std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, cons
   std::vector<std::vector<int64_t>> ids(lines.size());
   std::vector<int64_t> order;
   for (size_t i = 0; i < lines.size(); ++i) {
-    out[i][0].src_tokens = tokenize(lines[i], run.kind, run.cfg.data.lowercase);
+    out[i][0].src_tokens = run.tok.encode(lines[i], Side::kSource);
     if (out[i][0].src_tokens.empty()) continue;
     if (static_cast<int>(out[i][0].src_tokens.size()) > run.cfg.data.max_len)
       spdlog::warn("line {}: {} tokens, longer than the training limit of {}; translating anyway", i + 1,
@@ -90,7 +90,7 @@ std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, cons
         Translation& t = ts[n];
         t.src_tokens = src_tokens;
         t.tgt_tokens = run.tgt_vocab.decode(hs[k][n].tokens);
-        t.text = detokenize(t.tgt_tokens, run.kind);
+        t.text = run.tok.decode(t.tgt_tokens, Side::kTarget);
         t.weights = std::move(hs[k][n].weights);
         t.score = hs[k][n].score;
         t.logprob = hs[k][n].logprob;
@@ -98,6 +98,15 @@ std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, cons
     }
   }
   return out;
+}
+
+Translation word_level(const LoadedRun& run, const Translation& t) {
+  if (!run.tok.subword()) return t;
+  Translation w = t;
+  w.src_tokens = run.tok.join_words(t.src_tokens);
+  w.tgt_tokens = run.tok.join_words(t.tgt_tokens);
+  if (!t.weights.empty()) w.weights = word_level_map(t.weights, run.tok.word_index(t.src_tokens), run.tok.word_index(t.tgt_tokens));
+  return w;
 }
 
 std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,
@@ -126,7 +135,9 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
   double loss = 0;
   int64_t tokens = 0;
   const size_t bs = static_cast<size_t>(run.cfg.eval.batch_size);
+  ProgressLine progress("forcing references", static_cast<int64_t>(order.size()));
   for (size_t start = 0; start < order.size(); start += bs) {
+    progress.update(static_cast<int64_t>(start));
     std::vector<int64_t> idx(order.begin() + static_cast<std::ptrdiff_t>(start),
                              order.begin() + static_cast<std::ptrdiff_t>(std::min(order.size(), start + bs)));
     Batch b = make_batch(data, idx);
@@ -174,13 +185,22 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
   r.bleu = bleu.score;
   r.signature = bleu.signature;
   r.bleu_line = bleu.format();
+  BleuOptions lc;
+  lc.lowercase = true;
+  r.bleu_lc = corpus_bleu(hyps, {refs_cmp}, lc).score;
+  int64_t hyp_tokens = 0, unk_tokens = 0;
+  for (const auto& t : tr) {
+    hyp_tokens += static_cast<int64_t>(t.tgt_tokens.size());
+    unk_tokens += std::count(t.tgt_tokens.begin(), t.tgt_tokens.end(), std::string("<unk>"));
+  }
+  r.unk_rate = hyp_tokens ? static_cast<double>(unk_tokens) / static_cast<double>(hyp_tokens) : 0.0;
   ChrfScore chrf = corpus_chrf(hyps, {refs_cmp});
   r.chrf = chrf.score;
   r.chrf_signature = chrf.signature;
   r.by_length = make_buckets(run.cfg.eval.buckets);
   std::vector<std::vector<size_t>> members(r.by_length.size());
   for (size_t i = 0; i < tr.size(); ++i) {
-    int len = static_cast<int>(tr[i].src_tokens.size());
+    const int len = static_cast<int>(run.tok.words(srcs[i]).size());  // words, also for a subword run
     for (size_t k = 0; k < r.by_length.size(); ++k)
       if (len <= r.by_length[k].max || r.by_length[k].max < 0) {
         members[k].push_back(i);
@@ -201,7 +221,7 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
   std::vector<std::vector<std::string>> src_tok(srcs.size()), ref_tok(refs.size());
   for (size_t i = 0; i < srcs.size(); ++i) {
     src_tok[i] = tr[i].src_tokens;
-    ref_tok[i] = tokenize(refs[i], run.kind, run.cfg.data.lowercase);
+    ref_tok[i] = run.tok.encode(refs[i], Side::kTarget);
   }
   double ppl = 0;
   auto forced = forced_attention(run, src_tok, ref_tok, nullptr, &ppl);
@@ -214,9 +234,12 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
     double ent = 0;
     int64_t rows = 0;
     for (size_t i = 0; i < forced.size(); ++i) {
-      total.add(aer_counts(hard_alignment(forced[i]), (*aligns)[i]));
-      ent += mean_entropy(forced[i]) * static_cast<double>(forced[i].size());
-      rows += static_cast<int64_t>(forced[i].size());
+      // gold alignments are between words: a subword run's map is summed into words first
+      const auto w = run.tok.subword() ? word_level_map(forced[i], run.tok.word_index(src_tok[i]), run.tok.word_index(ref_tok[i]))
+                                       : forced[i];
+      total.add(aer_counts(hard_alignment(w), (*aligns)[i]));
+      ent += mean_entropy(w) * static_cast<double>(w.size());
+      rows += static_cast<int64_t>(w.size());
     }
     r.aer = total.aer();
     r.attention_entropy = rows ? ent / static_cast<double>(rows) : 0.0;
@@ -243,8 +266,8 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
   if (!align.empty()) {
     std::vector<size_t> sl, tl;
     for (size_t i = 0; i < srcs.size(); ++i) {
-      sl.push_back(tokenize(srcs[i], run.kind, run.cfg.data.lowercase).size());
-      tl.push_back(tokenize(refs[i], run.kind, run.cfg.data.lowercase).size());
+      sl.push_back(run.tok.words(srcs[i]).size());
+      tl.push_back(run.tok.words(refs[i]).size());
     }
     aligns = read_alignments(align, &sl, &tl);
   }

@@ -22,7 +22,7 @@ struct LoadedRun {
   Vocab src_vocab, tgt_vocab;
   Seq2Seq model{nullptr};
   torch::Device device = torch::kCPU;
-  TokenizerKind kind = TokenizerKind::k13a;
+  Tokenizer tok;  // the run's tokenizer (its SentencePiece models for a subword run)
   std::string checkpoint;  // path loaded
 };
 
@@ -32,10 +32,10 @@ struct LoadedRun {
 LoadedRun load_run(const std::string& run_dir, const std::string& which = "best", const std::string& device_spec = "");
 
 struct Translation {
-  std::vector<std::string> src_tokens;
+  std::vector<std::string> src_tokens;       // model tokens (pieces for a subword run)
   std::vector<std::string> tgt_tokens;
   std::string text;                          // detokenized
-  std::vector<std::vector<float>> weights;   // [tgt_len + 1][src_len] when asked
+  std::vector<std::vector<float>> weights;   // [tgt_len + 1][src_len] when asked, over model tokens
   double score = 0;    // what the search ranked by (length-penalised for beam search)
   double logprob = 0;  // total log-probability of the tokens and <eos>
 };
@@ -49,6 +49,10 @@ std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::
 // result. An empty line gives one empty hypothesis.
 std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, const std::vector<std::string>& lines,
                                                             const SearchOptions& opt, int batch_size);
+
+// A translation's attention at word level: source and target words (pieces joined) and the weights
+// summed into them (word_level_map); the translation itself for a word-level run.
+Translation word_level(const LoadedRun& run, const Translation& t);
 
 // Translates srcs, scores against refs; with aligns (one per sentence), also AER/entropy by forcing
 // the reference through the model.

@@ -84,7 +84,7 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
     if (srcs.size() == refs.size() && srcs.size() == hyps.size() && !srcs.empty()) {
       size_t best = 0, best_len = 0;
       for (size_t i = 0; i < srcs.size(); ++i) {
-        const size_t n = tokenize(srcs[i], run.kind, run.cfg.data.lowercase).size();
+        const size_t n = run.tok.words(srcs[i]).size();
         if (n > best_len) best = i, best_len = n;
       }
       auto& l = s.longest;
@@ -94,8 +94,8 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
       l.translation = hyps[best];
       if (run.model->decoder->has_attention()) {
         AttentionMap m;
-        m.src_tokens = tokenize(srcs[best], run.kind, run.cfg.data.lowercase);
-        m.tgt_tokens = tokenize(refs[best], run.kind, run.cfg.data.lowercase);
+        m.src_tokens = run.tok.encode(srcs[best], Side::kSource);
+        m.tgt_tokens = run.tok.encode(refs[best], Side::kTarget);
         m.weights = forced_attention(run, {m.src_tokens}, {m.tgt_tokens})[0];
         m.source_text = l.source;
         m.target_text = l.reference;

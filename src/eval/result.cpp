@@ -3,7 +3,8 @@
 namespace attnmt {
 
 nlohmann::json EvalResult::to_json() const {
-  nlohmann::json j = {{"bleu", bleu},           {"chrf", chrf},         {"signature", signature},
+  nlohmann::json j = {{"bleu", bleu},           {"bleu_lc", bleu_lc},   {"chrf", chrf},
+                      {"unk_rate", unk_rate},   {"signature", signature},
                       {"chrf_signature", chrf_signature},           {"bleu_line", bleu_line},
                       {"beam_size", beam_size}, {"sentences", sentences}, {"decode_s", decode_s},
                       {"sentences_per_s", sentences_per_s}};
@@ -21,6 +22,8 @@ EvalResult EvalResult::from_json(const nlohmann::json& j) {
   EvalResult r;
   r.bleu = j.at("bleu").get<double>();
   r.chrf = j.value("chrf", 0.0);
+  r.bleu_lc = j.value("bleu_lc", 0.0);  // absent from evaluations written before it existed
+  r.unk_rate = j.value("unk_rate", 0.0);
   r.signature = j.value("signature", "");
   r.chrf_signature = j.value("chrf_signature", "");
   r.bleu_line = j.value("bleu_line", "");

@@ -10,13 +10,15 @@
 namespace attnmt {
 
 struct BucketScore {
-  int min = 0, max = 0;  // source length range in tokens (max = -1: no upper bound)
+  int min = 0, max = 0;  // source length range in words (max = -1: no upper bound)
   int64_t count = 0;
   double bleu = 0;
 };
 
 struct EvalResult {
   double bleu = 0, chrf = 0;
+  double bleu_lc = 0;   // BLEU of lowercased hypotheses and references (as much of the literature reports)
+  double unk_rate = 0;  // share of the hypotheses' tokens that are <unk>
   std::string signature, chrf_signature, bleu_line;
   int beam_size = 1;
   int64_t sentences = 0;

@@ -43,7 +43,7 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
 }
 
 std::vector<std::string> RunDir::training_files() const {
-  std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), train_log(), curves()};
+  std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), src_spm(), tgt_spm(), train_log(), curves()};
   for (auto& p : periodic_checkpoints()) f.push_back(std::move(p));
   for (auto& p : progress_snapshots()) f.push_back(std::move(p));
   f.push_back(progress_index());

@@ -38,6 +38,8 @@ class RunDir {
   std::string best() const { return checkpoint("best"); }
   std::string src_vocab() const { return file("src.vocab"); }
   std::string tgt_vocab() const { return file("tgt.vocab"); }
+  std::string src_spm() const { return file("src.spm.model"); }  // SentencePiece models (tokenizer sentencepiece)
+  std::string tgt_spm() const { return file("tgt.spm.model"); }
   std::string metrics() const { return file("metrics.jsonl"); }
   std::string train_log() const { return file("train.log"); }
   std::string curves() const { return file("curves.svg"); }

@@ -53,13 +53,52 @@ void log_filter(const std::string& name, const FilterStats& s, int max_len) {
                s.kept, s.dropped_empty, s.dropped_long, max_len);
 }
 
+// The SentencePiece models of a new run: the user's files, or trained on the training split
+// (both sides together for a joint model), lowercased when the run lowercases.
+void make_sentencepiece_models(const Config& cfg, const ParallelText& train_text, RunData& d) {
+  const SpmConfig& spm = cfg.data.spm;
+  if (!spm.src_model.empty()) {
+    d.src_spm = read_sentencepiece_model(spm.src_model);
+    d.tgt_spm = read_sentencepiece_model(spm.tgt_model);
+    spdlog::info("SentencePiece models: {} and {}", spm.src_model, spm.tgt_model);
+    return;
+  }
+  const SpmTrainOptions o{spm.vocab_size, spm.model_type, spm.character_coverage};
+  auto prepared = [&](const std::vector<std::string>& lines) {
+    if (!cfg.data.lowercase) return lines;
+    std::vector<std::string> out;
+    out.reserve(lines.size());
+    for (const auto& l : lines) out.push_back(to_lower_utf8(l));
+    return out;
+  };
+  const std::string what = config_key(cfg, &spm.vocab_size);
+  if (spm.joint) {
+    std::vector<std::string> both = prepared(train_text.src);
+    for (auto& l : prepared(train_text.tgt)) both.push_back(std::move(l));
+    d.src_spm = d.tgt_spm = train_sentencepiece(both, o, what);
+  } else {
+    d.src_spm = train_sentencepiece(prepared(train_text.src), o, what + " (source)");
+    d.tgt_spm = train_sentencepiece(prepared(train_text.tgt), o, what + " (target)");
+  }
+  spdlog::info("SentencePiece: trained {} {} model(s) of {} pieces on {} training lines", spm.joint ? "one joint" : "two",
+               spm.model_type, spm.vocab_size, train_text.src.size());
+}
+
 RunData prepare_data(const Config& cfg, bool load_vocab) {
   RunData d;
-  TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
+  const RunDir dir(cfg.run_dir);
   ParallelText train_text = read_split(cfg.data.train, config_split_path(cfg, cfg.data.train));
   ParallelText valid_text = read_split(cfg.data.valid, config_split_path(cfg, cfg.data.valid));
-  TokenizedCorpus tr = tokenize_corpus(train_text, kind, cfg.data.lowercase, cfg.data.max_len);
-  TokenizedCorpus va = tokenize_corpus(valid_text, kind, cfg.data.lowercase, cfg.data.max_len);
+  if (cfg.data.tokenizer != "sentencepiece") {
+    d.tok = Tokenizer::from_config(cfg.data, "", "");
+  } else if (load_vocab) {  // resume: the run's own models, never retrained
+    d.tok = Tokenizer::from_config(cfg.data, dir.src_spm(), dir.tgt_spm());
+  } else {
+    make_sentencepiece_models(cfg, train_text, d);
+    d.tok = Tokenizer::pieces(d.src_spm, d.tgt_spm, cfg.data.lowercase);
+  }
+  TokenizedCorpus tr = tokenize_corpus(train_text, d.tok, cfg.data.max_len);
+  TokenizedCorpus va = tokenize_corpus(valid_text, d.tok, cfg.data.max_len);
   log_filter("train", tr.stats, cfg.data.max_len);
   log_filter("valid", va.stats, cfg.data.max_len);
   if (load_vocab) {
@@ -71,8 +110,13 @@ RunData prepare_data(const Config& cfg, bool load_vocab) {
       s.push_back(e.src);
       t.push_back(e.tgt);
     }
-    d.src_vocab = Vocab::build(s, cfg.data.src_vocab.min_freq, cfg.data.src_vocab.max_size);
-    d.tgt_vocab = Vocab::build(t, cfg.data.tgt_vocab.min_freq, cfg.data.tgt_vocab.max_size);
+    if (d.tok.subword()) {  // every piece the training split uses: a rare piece must not become <unk>
+      d.src_vocab = Vocab::build(s, 1, 0);
+      d.tgt_vocab = Vocab::build(t, 1, 0);
+    } else {
+      d.src_vocab = Vocab::build(s, cfg.data.src_vocab.min_freq, cfg.data.src_vocab.max_size);
+      d.tgt_vocab = Vocab::build(t, cfg.data.tgt_vocab.min_freq, cfg.data.tgt_vocab.max_size);
+    }
   }
   spdlog::info("vocabularies: source {} types, target {} types", d.src_vocab.size(), d.tgt_vocab.size());
   d.train = encode_all(tr, d.src_vocab, d.tgt_vocab);
@@ -149,7 +193,6 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   int64_t tokens = 0;
   auto plan = make_batch_plan(data.valid, cfg.eval.batch_size, 0, 0, false);
   std::vector<std::string> hyps(data.valid.size());
-  TokenizerKind kind = tokenizer_from_string(cfg.data.tokenizer);
   const SearchOptions so = search_options(cfg.eval, 1);  // greedy: validation BLEU
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
@@ -158,7 +201,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
     tokens += b.tgt_tokens;
     auto hs = greedy_search(model, b, so, device);
     for (size_t k = 0; k < idx.size(); ++k)
-      hyps[static_cast<size_t>(idx[k])] = detokenize(data.tgt_vocab.decode(hs[k].tokens), kind);
+      hyps[static_cast<size_t>(idx[k])] = data.tok.decode(data.tgt_vocab.decode(hs[k].tokens), Side::kTarget);
   }
   r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
   r.ppl = std::exp(std::min(r.loss, 100.0));
@@ -360,6 +403,10 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     if (!opt.resume) {
       data.src_vocab.save(dir.src_vocab());
       data.tgt_vocab.save(dir.tgt_vocab());
+      if (!data.src_spm.empty()) {
+        write_file_atomic(dir.src_spm(), data.src_spm);
+        write_file_atomic(dir.tgt_spm(), data.tgt_spm);
+      }
     }
     // Everything logged from here on also goes to run_dir/train.log (appended on resume).
     {

@@ -45,6 +45,8 @@ struct TrainResult {
 
 // Prepared data for a run.
 struct RunData {
+  Tokenizer tok;                        // the run's tokenizer
+  std::string src_spm, tgt_spm;         // serialized SentencePiece models to write (a new sentencepiece run)
   Vocab src_vocab, tgt_vocab;
   std::vector<EncodedPair> train, valid;
   std::vector<std::string> valid_refs;  // raw reference lines of the kept validation pairs
