@@ -179,6 +179,39 @@ TEST(Corpus, PharaohParsing) {
   EXPECT_THROW(read_alignments(dir + "/a.align", &three, &three, true), UsageError);
 }
 
+TEST(Batcher, TokenBatchesStayWithinTheBoundAndCoverEverySentenceOnce) {
+  std::vector<EncodedPair> data;
+  for (int i = 0; i < 300; ++i) {
+    const size_t len = 1 + static_cast<size_t>((i * 7) % 40);
+    data.push_back({std::vector<int64_t>(len, 5), std::vector<int64_t>(len + static_cast<size_t>(i % 3), 6)});
+  }
+  data.push_back({std::vector<int64_t>(3, 5), std::vector<int64_t>(120, 6)});  // longer than the bound: alone
+  const int64_t bound = 100;
+  const auto plan = make_batch_plan(data, 32, 7, 0, true, 50, bound);
+  const auto again = make_batch_plan(data, 32, 7, 0, true, 50, bound);
+  ASSERT_EQ(plan.size(), again.size());
+  EXPECT_EQ(plan, again);
+  EXPECT_NE(plan, make_batch_plan(data, 32, 7, 1, true, 50, bound));
+  std::vector<int> seen(data.size(), 0);
+  size_t short_batch_sentences = 0, short_batches = 0;
+  for (const auto& b : plan) {
+    ASSERT_FALSE(b.empty());
+    size_t longest = 0;
+    for (int64_t i : b) {
+      ++seen[static_cast<size_t>(i)];
+      longest = std::max(longest, data[static_cast<size_t>(i)].tgt.size() + 1);
+    }
+    if (b.size() > 1) EXPECT_LE(static_cast<int64_t>(b.size() * longest), bound);
+    if (longest > static_cast<size_t>(bound)) EXPECT_EQ(b.size(), 1u);
+    if (longest <= 10) short_batch_sentences += b.size(), ++short_batches;
+  }
+  for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << i;
+  // Short sentences make batches of many sentences, long ones of few (bound 100, targets of at most 10 tokens
+  // with <eos>: up to 10 per batch)
+  ASSERT_GT(short_batches, 0u);
+  EXPECT_GE(static_cast<double>(short_batch_sentences) / static_cast<double>(short_batches), 5.0);
+}
+
 TEST(Batcher, DeterministicPlansAndMasks) {
   std::vector<EncodedPair> data;
   for (int i = 0; i < 100; ++i) data.push_back({std::vector<int64_t>(1 + i % 13, 5), std::vector<int64_t>(1 + i % 7, 6)});

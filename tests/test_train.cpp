@@ -85,6 +85,40 @@ TEST(Train, ResumeGivesTheSameTrajectory) {
   }
 }
 
+TEST(Train, TokenBatchesAreDeterministicAndResumeExactly) {
+  std::string a = test::temp_dir("tok_a"), b = test::temp_dir("tok_b"), split = test::temp_dir("tok_split");
+  auto config = [](const std::string& dir, int steps) {
+    Config c = tiny_config(dir);
+    c.train.batch_size = Config().train.batch_size;  // exclusive with batch_tokens
+    c.train.batch_tokens = 120;
+    c.train.max_steps = steps;
+    validate(c);
+    return c;
+  };
+  train(config(a, 14), {}, torch::kCPU);
+  train(config(b, 14), {}, torch::kCPU);
+  train(config(split, 8), {}, torch::kCPU);  // stopped at a validation step, as a resumable run is
+  TrainOptions resume;
+  resume.resume = true;
+  EXPECT_EQ(train(config(split, 14), resume, torch::kCPU).state.step, 14);
+  auto ma = metrics(a), mb = metrics(b), ms = metrics(split);
+  ASSERT_GE(ma.size(), 2u);
+  ASSERT_EQ(mb.size(), ma.size());
+  ASSERT_EQ(ms.size(), ma.size());
+  for (size_t i = 0; i < ma.size(); ++i) {
+    EXPECT_EQ(ma[i]["step"], mb[i]["step"]);
+    EXPECT_EQ(ma[i]["step"], ms[i]["step"]);
+    EXPECT_EQ(ma[i]["train_loss"], mb[i]["train_loss"]) << "same seed, validation " << i;
+    EXPECT_DOUBLE_EQ(ma[i]["train_loss"].get<double>(), ms[i]["train_loss"].get<double>()) << "resumed, validation " << i;
+    EXPECT_DOUBLE_EQ(ma[i]["valid_loss"].get<double>(), ms[i]["valid_loss"].get<double>()) << "resumed, validation " << i;
+  }
+  // Both limits at once is refused.
+  Config both = tiny_config(a);
+  both.train.batch_tokens = 100;
+  both.train.batch_size = 7;
+  EXPECT_THROW(validate(both), UsageError);
+}
+
 TEST(Train, RunDirProtectedAndResumeNeedsCheckpoint) {
   std::string dir = test::temp_dir("train_protect");
   Config c = tiny_config(dir);

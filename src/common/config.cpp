@@ -313,6 +313,10 @@ const std::vector<Key>& keys() {
                        "stop after this much training time"));
     t.push_back(integer("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, closed(1, 100000),
                         "sentence pairs per batch (length-bucketed)"));
+    t.push_back(integer("train.batch_tokens", [](Config& c) -> int& { return c.train.batch_tokens; },
+                        at_least(0, "0 = batches of `batch_size` sentences"),
+                        "instead of `batch_size`: as many sentences as fit in this many target tokens, padding and `<eos>` included "
+                        "(a longer sentence goes alone)"));
     t.push_back(number("train.lr", [](Config& c) -> double& { return c.train.lr; }, {0, 10, true, false, ""},
                        "Adam learning rate"));
     t.push_back(number("train.clip_norm", [](Config& c) -> double& { return c.train.clip_norm; }, at_least(0, "0 = off"),
@@ -522,6 +526,8 @@ void validate(const Config& c) {
     if (!s->tsv.empty() && (!s->src.empty() || !s->tgt.empty())) fail(key(s->tsv), "give either tsv or src/tgt, not both");
     if (s->src.empty() != s->tgt.empty()) fail(s->src.empty() ? key(s->src) : key(s->tgt), "src and tgt must be given together");
   }
+  if (c.train.batch_tokens > 0 && c.train.batch_size != Config().train.batch_size)
+    fail(key(c.train.batch_tokens), "give either " + key(c.train.batch_size) + " or batch_tokens, not both");
   const SpmConfig& spm = c.data.spm;
   if (spm.src_model.empty() != spm.tgt_model.empty())
     fail(spm.src_model.empty() ? key(spm.src_model) : key(spm.tgt_model), "src_model and tgt_model must be given together");

@@ -93,6 +93,7 @@ struct TrainConfig {
   long max_steps = 0;            // stop after this many updates (0 = no limit)
   double max_minutes = 0;        // stop after this much wall-clock time (0 = no limit)
   int batch_size = 32;           // sentence pairs per batch
+  int batch_tokens = 0;          // instead: padded target tokens per batch (0 = use batch_size)
   double lr = 1e-3;              // Adam learning rate
   double clip_norm = 1.0;        // gradient clipping by global norm (0 = off)
   double teacher_forcing = 1.0;  // probability of feeding the gold previous token

@@ -9,11 +9,19 @@
 namespace attnmt {
 
 std::vector<std::vector<int64_t>> make_batch_plan(const std::vector<EncodedPair>& data, int batch_size, uint64_t seed,
-                                                  int64_t epoch, bool shuffle, int pool_batches) {
+                                                  int64_t epoch, bool shuffle, int pool_batches, int64_t batch_tokens) {
   std::vector<int64_t> order(data.size());
   std::iota(order.begin(), order.end(), 0);
   if (shuffle) deterministic_shuffle(order, mix_seed(seed, static_cast<uint64_t>(epoch) * 2 + 1));
-  const size_t pool = static_cast<size_t>(batch_size) * static_cast<size_t>(std::max(1, pool_batches));
+  // With token batches, a pool holds about pool_batches batches of sentences of the mean target length.
+  size_t per_batch = static_cast<size_t>(std::max(1, batch_size));
+  if (batch_tokens > 0 && !data.empty()) {
+    size_t tokens = 0;
+    for (const auto& e : data) tokens += e.tgt.size() + 1;
+    const size_t mean = std::max<size_t>(1, tokens / data.size());
+    per_batch = std::max<size_t>(1, static_cast<size_t>(batch_tokens) / mean);
+  }
+  const size_t pool = per_batch * static_cast<size_t>(std::max(1, pool_batches));
   auto by_len = [&](int64_t a, int64_t b) {
     const auto& x = data[static_cast<size_t>(a)];
     const auto& y = data[static_cast<size_t>(b)];
@@ -25,6 +33,23 @@ std::vector<std::vector<int64_t>> make_batch_plan(const std::vector<EncodedPair>
   for (size_t start = 0; start < order.size(); start += pool) {
     size_t end = std::min(order.size(), start + pool);
     std::sort(order.begin() + static_cast<std::ptrdiff_t>(start), order.begin() + static_cast<std::ptrdiff_t>(end), by_len);
+    if (batch_tokens > 0) {
+      std::vector<int64_t> batch;
+      size_t longest = 0;
+      for (size_t k = start; k < end; ++k) {
+        const size_t len = data[static_cast<size_t>(order[k])].tgt.size() + 1;
+        const size_t next_longest = std::max(longest, len);
+        if (!batch.empty() && (batch.size() + 1) * next_longest > static_cast<size_t>(batch_tokens)) {
+          plan.push_back(std::move(batch));
+          batch.clear();
+          longest = 0;
+        }
+        batch.push_back(order[k]);
+        longest = std::max(longest, len);
+      }
+      if (!batch.empty()) plan.push_back(std::move(batch));
+      continue;
+    }
     for (size_t b = start; b < end; b += static_cast<size_t>(batch_size))
       plan.emplace_back(order.begin() + static_cast<std::ptrdiff_t>(b),
                         order.begin() + static_cast<std::ptrdiff_t>(std::min(end, b + static_cast<size_t>(batch_size))));

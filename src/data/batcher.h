@@ -29,9 +29,11 @@ struct Batch {
   Batch to(const torch::Device& device) const;
 };
 
-// The deterministic order of example indices per batch for one epoch.
+// The deterministic order of example indices per batch for one epoch: batch_size sentences per batch,
+// or, with batch_tokens > 0, as many as fit in batch_tokens padded target tokens (sentences x the longest
+// target with <eos>; a longer sentence goes alone). Pools of pool_batches batches are sorted by length.
 std::vector<std::vector<int64_t>> make_batch_plan(const std::vector<EncodedPair>& data, int batch_size, uint64_t seed,
-                                                  int64_t epoch, bool shuffle, int pool_batches = 50);
+                                                  int64_t epoch, bool shuffle, int pool_batches = 50, int64_t batch_tokens = 0);
 
 // Builds the padded tensors of one batch (on the CPU). With tgt empty (decoding) only src is filled.
 Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t>& indices);

@@ -80,8 +80,9 @@ void make_sentencepiece_models(const Config& cfg, const ParallelText& train_text
     d.src_spm = train_sentencepiece(prepared(train_text.src), o, what + " (source)");
     d.tgt_spm = train_sentencepiece(prepared(train_text.tgt), o, what + " (target)");
   }
-  spdlog::info("SentencePiece: trained {} {} model(s) of {} pieces on {} training lines", spm.joint ? "one joint" : "two",
-               spm.model_type, spm.vocab_size, train_text.src.size());
+  spdlog::info("SentencePiece: trained {} of {} pieces on {} training lines",
+               spm.joint ? "one joint " + spm.model_type + " model" : "two " + spm.model_type + " models", spm.vocab_size,
+               train_text.src.size());
 }
 
 RunData prepare_data(const Config& cfg, bool load_vocab) {
@@ -422,8 +423,14 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   remove_early.reset();
 
   AttentionSnapshots snapshots(data, main_rank ? cfg.train.snapshot_sentences : 0);
-  spdlog::info("padding fraction of the first epoch's batches: {:.3f}",
-               padding_fraction(data.train, make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true)));
+  {
+    const auto first = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), 0, true, 50,
+                                       cfg.train.batch_tokens);
+    spdlog::info("first epoch: {} batches ({:.1f} sentences each on average{}), padding fraction {:.3f}", first.size(),
+                 first.empty() ? 0.0 : static_cast<double>(data.train.size()) / static_cast<double>(first.size()),
+                 cfg.train.batch_tokens > 0 ? ", at most " + std::to_string(cfg.train.batch_tokens) + " target tokens" : std::string(),
+                 padding_fraction(data.train, first));
+  }
 
   g_stop_signal.store(0);
   auto old_int = std::signal(SIGINT, on_signal);
@@ -501,7 +508,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     return format_duration(std::max(0.0, left));
   };
   while (!trainer.should_stop()) {
-    auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true);
+    auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true, 50,
+                                cfg.train.batch_tokens);
     const int64_t per_epoch = static_cast<int64_t>(plan.size());
     while (st.batch_in_epoch < per_epoch) {
       const auto& rows = plan[static_cast<size_t>(st.batch_in_epoch)];
