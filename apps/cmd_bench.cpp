@@ -315,8 +315,14 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             }
             const double rss = peak_rss_mb();
             if (!main_rank) return 0;
+            // The CPU's theoretical peak with its factors, and how much of it the measured roofline reaches.
+            const CpuPeak peak = cpu_peak();
+            const nlohmann::json peak_json = {{"gflops", peak.gflops}, {"cores", peak.cores}, {"lanes", peak.lanes},
+                                              {"fma_units", peak.fma_units}, {"clock_ghz", peak.clock_ghz},
+                                              {"derivation", peak.derivation},
+                                              {"roofline_share", peak.gflops > 0 ? roof / peak.gflops : 0.0}};
             if (dist) {
-              nlohmann::json j = {{"matmul_gflops", roof}, {"blas", blas_info()}, {"world_size", dist->world()},
+              nlohmann::json j = {{"matmul_gflops", roof}, {"cpu_peak", peak_json}, {"blas", blas_info()}, {"world_size", dist->world()},
                                   {"backend", dist->backend()}, {"batch", opt->batch}, {"steps", opt->steps},
                                   {"peak_rss_mb_rank0", rss}, {"rows", nlohmann::json::array()}};
               for (const auto& r : rows)
@@ -335,7 +341,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               return 0;
             }
             if (opt->json) {
-              nlohmann::json j = {{"matmul_gflops", roof}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
+              nlohmann::json j = {{"matmul_gflops", roof}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
               for (const auto& r : rows)
@@ -351,6 +357,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());
               std::printf("BLAS kernel: %s\n", blas_kernel_choice().c_str());
+              std::printf("CPU peak: %s\n", peak.derivation.c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));
               std::printf("%-18s %10s %6s %10s %8s %6s %10s %6s %10s %6s %10s %6s %6s\n", "attention", "params", "roof", "train tok/s", "GFLOP/s",

@@ -32,7 +32,7 @@ echo "== attention maps of the Bahdanau model for the first 12 test sentences"
 $BIN attention --run "$OUT/bahdanau" --src data/toy/test.en --ref data/toy/test.fr --align data/toy/test.align \
   --out "$OUT/bahdanau/maps" --limit 12
 
-echo "== comparing: test BLEU by source length (tokens)"
+echo "== comparing: test BLEU by source length (words)"
 $BIN compare "$OUT/none" "$OUT/bahdanau" --out "$OUT/report"
 
 echo

@@ -430,7 +430,7 @@ TEST(CompareReport, ParagraphIgnoresNearlyEmptyBuckets) {
   a.eval.bleu = 30;
   a.eval.by_length = {{1, 10, 100, 40.0}, {11, 20, 100, 20.0}, {21, -1, 1, 90.0}};
   std::string p = attnmt::comparison_paragraph({a});
-  EXPECT_NE(p.find("from sources of 1-10 tokens to sources of 11-20 tokens (40.0 to 20.0)"), std::string::npos) << p;
+  EXPECT_NE(p.find("from sources of 1-10 words to sources of 11-20 words (40.0 to 20.0)"), std::string::npos) << p;
   EXPECT_EQ(p.find("21-"), std::string::npos) << p;
 }
 

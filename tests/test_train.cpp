@@ -402,6 +402,14 @@ TEST(Bench, JsonFiguresAreConsistent) {
   EXPECT_GT(j.at("output_layer_gflops_5_rows").get<double>(), 0);
   EXPECT_GT(j.at("output_layer_gflops_80_rows").get<double>(), 0);
   EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
+  // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.
+  const auto& peak = j.at("cpu_peak");
+  const double product = peak.at("cores").get<double>() * peak.at("lanes").get<double>() * peak.at("fma_units").get<double>() * 2 *
+                         peak.at("clock_ghz").get<double>();
+  EXPECT_GT(product, 0);
+  EXPECT_NEAR(peak.at("gflops").get<double>(), product, 1e-9 * product);
+  EXPECT_NEAR(peak.at("roofline_share").get<double>(), j["matmul_gflops"].get<double>() / product, 1e-9);
+  EXPECT_NE(peak.at("derivation").get<std::string>().find("GFLOP/s"), std::string::npos);
   ASSERT_EQ(j.at("rows").size(), 1u);
   const auto& row = j["rows"][0];
   EXPECT_EQ(row.at("attention").get<std::string>(), "bahdanau");

@@ -147,6 +147,29 @@ void choose_blas_kernel(char** argv) {
   g_choice = core + " (OpenBLAS's own choice for this CPU)";
 }
 
+CpuPeak cpu_peak() {
+  CpuPeak p;
+  p.cores = static_cast<int>(std::thread::hardware_concurrency());
+  p.lanes = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") || __builtin_cpu_supports("avx") ? 8 : 4;
+  if (FILE* f = std::fopen("/proc/cpuinfo", "r")) {
+    char line[512];
+    while (std::fgets(line, sizeof(line), f))
+      if (std::strncmp(line, "cpu MHz", 7) == 0) {
+        if (const char* colon = std::strchr(line, ':')) p.clock_ghz = std::atof(colon + 1) / 1000.0;
+        break;
+      }
+    std::fclose(f);
+  }
+  p.gflops = p.cores * p.lanes * p.fma_units * 2 * p.clock_ghz;
+  char buf[320];
+  std::snprintf(buf, sizeof(buf),
+                "%d logical cores x %d float32 lanes (%s) x %d FMA units (assumed) x 2 FLOP per FMA x %.3f GHz (/proc/cpuinfo, "
+                "nominal) = %.1f GFLOP/s",
+                p.cores, p.lanes, p.lanes == 16 ? "AVX-512" : p.lanes == 8 ? "AVX/AVX2" : "SSE", p.fma_units, p.clock_ghz, p.gflops);
+  p.derivation = buf;
+  return p;
+}
+
 std::string blas_kernel_choice() { return g_choice.empty() ? blas_kernel() + " (OpenBLAS's own choice)" : g_choice; }
 
 namespace {

@@ -54,6 +54,19 @@ bool is_generic_blas_kernel(const std::string& core);
 // How the kernel in use came to be, one line for the log and `bench --json`, e.g. "SkylakeX (chosen by attnmt: ...)".
 std::string blas_kernel_choice();
 
+// The CPU's theoretical float32 peak: cores x vector lanes x FMA units x 2 x clock, each factor with where
+// it came from (the FMA unit count is not visible to software: assumed 2, as on server cores with AVX-512
+// or AVX2; the clock is the nominal one /proc/cpuinfo shows, turbo not included).
+struct CpuPeak {
+  int cores = 0;
+  int lanes = 0;       // float32 lanes of the widest vector unit the CPU reports
+  int fma_units = 2;   // assumed
+  double clock_ghz = 0;
+  double gflops = 0;
+  std::string derivation;
+};
+CpuPeak cpu_peak();
+
 struct BlasCheck {
   bool ok = true;
   int products = 0;     // products checked

@@ -121,7 +121,7 @@ std::string comparison_paragraph(const std::vector<RunSummary>& runs) {
     if (!first || first == last) continue;
     double ratio = first->bleu > 0 ? last->bleu / first->bleu : 0.0;
     o << r.name << " keeps " << fmt("%.0f", 100 * ratio) << "% of its BLEU from sources of " << bucket_label(*first)
-      << " tokens to sources of " << bucket_label(*last) << " tokens (" << fmt("%.1f", first->bleu) << " to "
+      << " words to sources of " << bucket_label(*last) << " words (" << fmt("%.1f", first->bleu) << " to "
       << fmt("%.1f", last->bleu) << "). ";
     if (ratio < wr) wr = ratio, worst_ratio = &r;
     if (ratio > br) br = ratio, best_ratio = &r;
@@ -140,7 +140,7 @@ std::string comparison_table_text(const std::vector<RunSummary>& runs) {
   if (runs.empty()) return "";
   std::ostringstream o;
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%-14s %6s", "source tokens", "count");
+  std::snprintf(buf, sizeof(buf), "%-14s %6s", "source words", "count");
   o << buf;
   for (const auto& r : runs) {
     std::snprintf(buf, sizeof(buf), " %12s", r.name.substr(0, 12).c_str());
@@ -225,7 +225,7 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
   // bleu_by_length.svg
   ChartSpec c;
   c.title = "BLEU by source sentence length (" + split + ")";
-  c.x_label = "source length (tokens)";
+  c.x_label = "source length (words)";
   c.y_label = "BLEU";
   c.x_tick_labels = labels;
   c.width = 640;
