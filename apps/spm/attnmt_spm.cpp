@@ -18,6 +18,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -132,6 +133,9 @@ int serve() {
 
 int main(int argc, char** argv) {
   std::ios::sync_with_stdio(false);
+  // Ctrl-C reaches the whole process group: attnmt decides what happens (it may still need pieces while it
+  // writes its last checkpoint and stops); this helper ends when attnmt closes the pipe.
+  std::signal(SIGINT, SIG_IGN);
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "train" && argc == 5) return train(argv[2], argv[3], argv[4]);
   if (mode == "serve" && argc == 2) return serve();
