@@ -2,21 +2,39 @@
 # Multi30k German->English (task 1, test2016): trains each config for at most 50 minutes
 # (train.max_minutes), evaluates on test2016 with beam 5 (BLEU, chrF, BLEU by length, perplexity)
 # and writes a comparison to runs/multi30k_report/.
-# Usage: scripts/multi30k.sh [MODEL...]   MODEL in: none bahdanau luong scaled_dot (default: all four)
+# Usage: scripts/multi30k.sh [MODEL...]
+#   MODEL: none bahdanau luong scaled_dot (words; the default is these four)
+#          spm_none spm_bahdanau spm_scaled_dot (SentencePiece pieces)
+# Checkpoint: best.pt (best validation BLEU) or the mean of best.pt and last.pt, whichever scores
+# higher on the validation set (beam 5); the test set is decoded once, with that choice.
 # Data: ../shared/data/multi30k/ (or scripts/fetch_multi30k.sh, then --set paths in the configs).
+# BIN=/path/to/attnmt uses another binary (a copy, so that the tree can be rebuilt meanwhile).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS=("$@")
 [ ${#MODELS[@]} -gt 0 ] || MODELS=(none bahdanau luong scaled_dot)
-bash scripts/setup.sh
-bash scripts/build.sh
+if [ -z "${BIN:-}" ]; then
+  bash scripts/setup.sh
+  bash scripts/build.sh
+  BIN=build/attnmt
+fi
+bleu_of() { sed -n 's/^  "bleu": *\([0-9.eE+-]*\),*$/\1/p' "$1"; }  # the top-level "bleu" of an eval JSON
 runs=()
 for m in "${MODELS[@]}"; do
   cfg=configs/multi30k_$m.json
   [ -f "$cfg" ] || { echo "multi30k: no config $cfg" >&2; exit 2; }
-  build/attnmt train -c "$cfg" --overwrite
-  build/attnmt evaluate --run "runs/multi30k_$m" --beam 5
-  runs+=("runs/multi30k_$m")
+  run=runs/multi30k_$m
+  "$BIN" train -c "$cfg" --overwrite
+  "$BIN" average --run "$run" --checkpoints "$run/best.pt" "$run/last.pt" --out "$run/avg_best_last.pt"
+  "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint best
+  best=$(bleu_of "$run/eval/valid.json")
+  "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint "$run/avg_best_last.pt"
+  avg=$(bleu_of "$run/eval/valid.json")
+  ckpt=best
+  if awk -v a="$avg" -v b="$best" 'BEGIN { exit !(a > b) }'; then ckpt=$run/avg_best_last.pt; fi
+  echo "multi30k: $m: validation BLEU best.pt $best, mean of best.pt and last.pt $avg; test with $ckpt"
+  "$BIN" evaluate --run "$run" --beam 5 --checkpoint "$ckpt"
+  runs+=("$run")
 done
-build/attnmt compare "${runs[@]}" -o runs/multi30k_report
+"$BIN" compare "${runs[@]}" -o runs/multi30k_report
 echo "multi30k: report in runs/multi30k_report/report.md"

@@ -9,14 +9,16 @@ ROUNDS=${1:-2}
 STEPS=${2:-6}
 PEER=${PEER:-../shared/peer/pyref_bench.py}
 [ -f "$PEER" ] || { echo "peer_ratio: $PEER not found (it lives in ../shared)" >&2; exit 2; }
-python3 -c 'import torch' 2>/dev/null || { SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo; $SUDO apt-get install -y -q python3-torch >/dev/null; }
+# Debian's python3-torch lives in the system Python; a python3 earlier on PATH (pyenv, a venv) may lack it.
+PY=${PYTHON:-/usr/bin/python3}
+"$PY" -c 'import torch' 2>/dev/null || { SUDO=; [ "$(id -u)" = 0 ] || SUDO=sudo; $SUDO apt-get install -y -q python3-torch >/dev/null; }
 [ -x build/attnmt ] || bash scripts/build.sh
 OUT=$(mktemp -d)
 for r in $(seq "$ROUNDS"); do
   for att in bahdanau luong; do
     ours=$att; [ "$att" = luong ] && ours=luong_general
     build/attnmt --log-level warn bench --attention "$ours" --steps "$STEPS" --json > "$OUT/attnmt_${att}_$r.json"
-    python3 "$PEER" --attention "$att" --steps "$STEPS" --json > "$OUT/peer_${att}_$r.json"
+    "$PY" "$PEER" --attention "$att" --steps "$STEPS" --json > "$OUT/peer_${att}_$r.json"
   done
 done
 python3 - "$OUT" "$ROUNDS" <<'PY'

@@ -461,6 +461,26 @@ std::string translate_input() {
 }
 }  // namespace
 
+// The terminal table names every run in full (two runs whose names share their first 12 characters were
+// both shown as the same cut name), and every row stays as wide as the header.
+TEST(CompareReport, TextTableKeepsLongRunNamesApart) {
+  attnmt::RunSummary a, b;
+  a.name = "multi30k_spm_bahdanau";
+  b.name = "multi30k_spm_scaled_dot";
+  a.eval.bleu = 38.3;
+  b.eval.bleu = 38.9;
+  a.eval.by_length = {{1, 10, 100, 40.0}, {11, -1, 100, 30.0}};
+  b.eval.by_length = {{1, 10, 100, 41.0}, {11, -1, 100, 35.0}};
+  const std::vector<std::string> lines = output_lines(attnmt::comparison_table_text({a, b}));
+  ASSERT_EQ(lines.size(), 5u);  // header, two buckets, BLEU (all), longest / shortest
+  EXPECT_NE(lines[0].find(" multi30k_spm_bahdanau "), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(" multi30k_spm_scaled_dot"), std::string::npos) << lines[0];
+  for (const auto& l : lines) EXPECT_EQ(l.size(), lines[0].size()) << l;
+  EXPECT_NE(lines[3].find("38.30"), std::string::npos) << lines[3];
+  EXPECT_NE(lines[4].find("75%"), std::string::npos) << lines[4];
+  EXPECT_NE(lines[4].find("85%"), std::string::npos) << lines[4];
+}
+
 TEST(Translate, NbestIsDistinctSortedAndStartsWithTheBest) {
   const std::string& run = tiny_run();
   auto plain = translate_out("--run " + run + " --beam 3", translate_input());
@@ -521,14 +541,10 @@ TEST(Translate, HardAlignmentsAreInRangeAndMatchForcedDecoding) {
     ASSERT_NE(tab, std::string::npos) << lines[i];
     const std::string text = lines[i].substr(0, tab), pairs = lines[i].substr(tab + 1);
     const auto src_tok = loaded.tok.encode(src[i], Side::kSource), hyp_tok = loaded.tok.encode(text, Side::kTarget);
-    Alignment a;
-    std::istringstream in(pairs);
-    for (std::string p; in >> p;) {
-      const auto dash = p.find('-');
-      ASSERT_NE(dash, std::string::npos) << p;
-      a.emplace_back(std::stoi(p.substr(0, dash)), std::stoi(p.substr(dash + 1)));
-      EXPECT_LT(a.back().first, static_cast<int>(src_tok.size())) << p;
-      EXPECT_LT(a.back().second, static_cast<int>(hyp_tok.size())) << p;
+    const Alignment a = parse_pharaoh(pairs, "translate output");
+    for (const auto& [s, t] : a) {
+      EXPECT_LT(s, static_cast<int>(src_tok.size())) << pairs;
+      EXPECT_LT(t, static_cast<int>(hyp_tok.size())) << pairs;
     }
     EXPECT_EQ(a.size(), hyp_tok.size()) << "one link per target token: " << lines[i];
     auto forced = forced_attention(loaded, {src_tok}, {hyp_tok});

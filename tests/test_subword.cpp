@@ -183,12 +183,11 @@ TEST(SentencePiece, TinyModelTrainsAndTranslatesWithPiecesEndToEnd) {
     EXPECT_EQ(text.find("<unk>"), std::string::npos) << out[i];
     // Alignments are between words of the source line and of the output.
     const size_t n_src = split_whitespace(src[i]).size(), n_out = split_whitespace(text).size();
-    std::istringstream pairs(out[i].substr(out[i].find(" ||| ") + 5));
-    for (std::string p; pairs >> p;) {
-      const auto dash = p.find('-');
-      ASSERT_NE(dash, std::string::npos) << p;
-      EXPECT_LT(std::stoul(p.substr(0, dash)), n_src) << out[i];
-      EXPECT_LT(std::stoul(p.substr(dash + 1)), n_out) << out[i];
+    const Alignment a = parse_pharaoh(out[i].substr(out[i].find(" ||| ") + 5), "translate output");
+    EXPECT_FALSE(a.empty()) << out[i];
+    for (const auto& [s, t] : a) {
+      EXPECT_LT(static_cast<size_t>(s), n_src) << out[i];
+      EXPECT_LT(static_cast<size_t>(t), n_out) << out[i];
     }
   }
 

@@ -194,12 +194,18 @@ void set_spm_helper_path(const std::string& path) { helper_override() = path; }
 // A running helper holding a source and a target model; one request at a time.
 class SpmServer {
  public:
-  SpmServer(const std::string& src, const std::string& tgt) : child_({helper_path(), "serve"}) {
+  // src_name/tgt_name name the models in an error (a file path, or empty for the helper's own words).
+  SpmServer(const std::string& src, const std::string& tgt, const std::string& src_name, const std::string& tgt_name)
+      : child_({helper_path(), "serve"}) {
     std::string answer;
     if (!child_.send(std::to_string(src.size()) + " " + std::to_string(tgt.size()) + "\n" + src + tgt) ||
         !child_.read_line(answer))
       throw Error("the SentencePiece helper " + helper_path() + " stopped while loading the models");
-    if (answer != "ok") throw UsageError(answer.empty() ? std::string("SentencePiece model refused") : answer.substr(1));
+    if (answer == "ok") return;
+    // The helper answers "!source model: ..." or "!target model: ..." for a model it cannot load.
+    const std::string& name = answer.rfind("!source", 0) == 0 ? src_name : tgt_name;
+    if (!name.empty()) throw UsageError(name + ": not a SentencePiece model");
+    throw UsageError(answer.empty() ? std::string("SentencePiece model refused") : answer.substr(1));
   }
   std::string request(char op, Side side, std::string_view payload) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -244,15 +250,17 @@ Tokenizer::Tokenizer() = default;
 
 Tokenizer::Tokenizer(TokenizerKind kind, bool lowercase) : kind_(kind), lowercase_(lowercase) {}
 
-Tokenizer Tokenizer::pieces(const std::string& src_model_bytes, const std::string& tgt_model_bytes, bool lowercase) {
+Tokenizer Tokenizer::pieces(const std::string& src_model_bytes, const std::string& tgt_model_bytes, bool lowercase,
+                            const std::string& src_name, const std::string& tgt_name) {
   Tokenizer t(TokenizerKind::kSpace, lowercase);
-  t.spm_ = std::make_shared<SpmServer>(src_model_bytes, tgt_model_bytes);
+  t.spm_ = std::make_shared<SpmServer>(src_model_bytes, tgt_model_bytes, src_name, tgt_name);
   return t;
 }
 
 Tokenizer Tokenizer::from_config(const DataConfig& data, const std::string& src, const std::string& tgt) {
   if (data.tokenizer != "sentencepiece") return Tokenizer(tokenizer_from_string(data.tokenizer), data.lowercase);
-  return pieces(read_sentencepiece_model(src), read_sentencepiece_model(tgt), data.lowercase);
+  // One helper loads both models; a file it refuses is named in the error.
+  return pieces(read_sentencepiece_model(src), read_sentencepiece_model(tgt), data.lowercase, src, tgt);
 }
 
 std::vector<std::string> Tokenizer::encode(std::string_view line, Side side) const {
@@ -346,13 +354,7 @@ std::string read_sentencepiece_model(const std::string& path) {
   if (!in) throw UsageError(path + ": cannot open SentencePiece model");
   std::ostringstream s;
   s << in.rdbuf();
-  const std::string bytes = s.str();
-  try {
-    SpmServer check(bytes, bytes);
-  } catch (const UsageError& e) {
-    throw UsageError(path + ": not a SentencePiece model");
-  }
-  return bytes;
+  return s.str();
 }
 
 std::vector<std::vector<float>> word_level_map(const std::vector<std::vector<float>>& weights,

@@ -23,8 +23,11 @@ class Tokenizer {
  public:
   Tokenizer();  // 13a, cased
   Tokenizer(TokenizerKind kind, bool lowercase);
-  // Pieces from two serialized SentencePiece models (the same one twice for a joint model).
-  static Tokenizer pieces(const std::string& src_model_bytes, const std::string& tgt_model_bytes, bool lowercase);
+  // Pieces from two serialized SentencePiece models (the same one twice for a joint model), loaded by
+  // one helper process. Throws UsageError for a model the helper refuses, naming it by src_name or
+  // tgt_name (its file) when given.
+  static Tokenizer pieces(const std::string& src_model_bytes, const std::string& tgt_model_bytes, bool lowercase,
+                          const std::string& src_name = "", const std::string& tgt_name = "");
   // The tokenizer a config names; for sentencepiece, with the models in the two files (a run's own
   // copies). Throws UsageError naming a missing or corrupt file.
   static Tokenizer from_config(const DataConfig& data, const std::string& src_model, const std::string& tgt_model);
@@ -63,7 +66,8 @@ struct SpmTrainOptions {
 // Trains a model on the lines (deterministic: same lines and options give the same bytes) and returns
 // it serialized; throws UsageError with SentencePiece's reason (e.g. a vocabulary larger than the text allows).
 std::string train_sentencepiece(const std::vector<std::string>& lines, const SpmTrainOptions& opt, const std::string& what);
-// Reads a .model file and checks that it is one; throws UsageError naming the file.
+// Reads a .model file's bytes; throws UsageError naming a file it cannot open. Whether the bytes are a
+// model is checked when a Tokenizer loads them (Tokenizer::pieces with the file's name).
 std::string read_sentencepiece_model(const std::string& path);
 
 // Sums a token-level attention map [rows][src tokens] into words: source columns of a word are added,

@@ -1,5 +1,6 @@
 #include "eval/report.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -138,41 +139,40 @@ std::string comparison_paragraph(const std::vector<RunSummary>& runs) {
 
 std::string comparison_table_text(const std::vector<RunSummary>& runs) {
   if (runs.empty()) return "";
+  // Every run's column is as wide as the longest run name (at least 12), so names are never cut.
+  int w = 12;
+  for (const auto& r : runs) w = std::max(w, static_cast<int>(r.name.size()));
   std::ostringstream o;
   char buf[64];
+  auto cell = [&](const char* f, auto v) {
+    std::snprintf(buf, sizeof(buf), f, w, v);
+    o << buf;
+  };
   std::snprintf(buf, sizeof(buf), "%-14s %6s", "source words", "count");
   o << buf;
-  for (const auto& r : runs) {
-    std::snprintf(buf, sizeof(buf), " %12s", r.name.substr(0, 12).c_str());
-    o << buf;
-  }
+  for (const auto& r : runs) o << ' ' << std::string(static_cast<size_t>(w) - r.name.size(), ' ') << r.name;
   o << "\n";
   for (size_t k = 0; k < runs[0].eval.by_length.size(); ++k) {
     const BucketScore& b = runs[0].eval.by_length[k];
     std::snprintf(buf, sizeof(buf), "%-14s %6lld", bucket_label(b).c_str(), static_cast<long long>(b.count));
     o << buf;
-    for (const auto& r : runs) {
-      std::snprintf(buf, sizeof(buf), " %12.2f", k < r.eval.by_length.size() ? r.eval.by_length[k].bleu : 0.0);
-      o << buf;
-    }
+    for (const auto& r : runs) cell(" %*.2f", k < r.eval.by_length.size() ? r.eval.by_length[k].bleu : 0.0);
     o << "\n";
   }
   std::snprintf(buf, sizeof(buf), "%-21s", "BLEU (all)");
   o << buf;
-  for (const auto& r : runs) {
-    std::snprintf(buf, sizeof(buf), " %12.2f", r.eval.bleu);
-    o << buf;
-  }
+  for (const auto& r : runs) cell(" %*.2f", r.eval.bleu);
   o << "\n";
   std::snprintf(buf, sizeof(buf), "%-21s", "longest / shortest");
   o << buf;
   for (const auto& r : runs) {
     auto [first, last] = ends(r);
-    if (first && last && first != last && first->bleu > 0)
-      std::snprintf(buf, sizeof(buf), " %11.0f%%", 100 * last->bleu / first->bleu);
-    else
-      std::snprintf(buf, sizeof(buf), " %12s", "-");
-    o << buf;
+    if (first && last && first != last && first->bleu > 0) {
+      std::snprintf(buf, sizeof(buf), " %*.0f%%", w - 1, 100 * last->bleu / first->bleu);
+      o << buf;
+    } else {
+      cell(" %*s", "-");
+    }
   }
   o << "\n";
   return o.str();

@@ -96,7 +96,7 @@ RunData prepare_data(const Config& cfg, bool load_vocab) {
     d.tok = Tokenizer::from_config(cfg.data, dir.src_spm(), dir.tgt_spm());
   } else {
     make_sentencepiece_models(cfg, train_text, d);
-    d.tok = Tokenizer::pieces(d.src_spm, d.tgt_spm, cfg.data.lowercase);
+    d.tok = Tokenizer::pieces(d.src_spm, d.tgt_spm, cfg.data.lowercase, cfg.data.spm.src_model, cfg.data.spm.tgt_model);
   }
   TokenizedCorpus tr = tokenize_corpus(train_text, d.tok, cfg.data.max_len);
   TokenizedCorpus va = tokenize_corpus(valid_text, d.tok, cfg.data.max_len);
