@@ -94,6 +94,7 @@ struct BenchRow {
   int64_t params = 0;
   double train_tok_s = 0, train_gflops = 0, train_mfu = 0, train_flops_step = 0;
   double greedy_sent_s = 0, greedy_mfu = 0, beam_sent_s = 0, beam_single_sent_s = 0;
+  int64_t greedy_steps = 0;  // decoder steps each greedy search ran
   double roof = 0, roof_mean = 0;  // matmul GFLOP/s sampled during this row: best (the MFU denominator), mean
   double beam_mfu = 0, beam_single_mfu = 0;  // FLOPs of the rows each search advanced, over time and roofline
   double rss_after_train_mb = 0;  // process peak RSS once this type's training steps are done
@@ -251,7 +252,9 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               {
                 Batch src_only = make_src_batch(srcs, all);
                 SearchOptions gs;
-                gs.max_len_ratio = 20.0 / std::max<int64_t>(1, opt->min_len);  // >= 30 steps for every sentence
+                // The batch runs max over rows of (ratio * src_len + 10) steps: 20 + 10 = 30 for the longest (S)
+                // source, as many as the Python peer's greedy runs (its per-sentence rate compares directly).
+                gs.max_len_ratio = 20.5 / static_cast<double>(std::max<int64_t>(1, S));
                 gs.stop_at_eos = false;  // every row runs to the limit: the work is known exactly
                 greedy_search(model, src_only, gs, dev);  // warm-up
                 const int reps = 3;
@@ -268,10 +271,11 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 int64_t steps = 0;
                 for (const auto& sv : srcs)
                   steps = std::max<int64_t>(steps, static_cast<int64_t>(std::floor(gs.max_len_ratio * static_cast<double>(sv.size()))) + 10);
+                r.greedy_steps = steps;
                 const double greedy_flops = count_flops(m, opt->vocab, opt->batch, S, steps).forward();
                 SearchOptions bs;
                 bs.beam_size = 5;
-                bs.max_len_ratio = gs.max_len_ratio;
+                bs.max_len_ratio = 20.0 / static_cast<double>(std::max<int64_t>(1, opt->min_len));  // >= 30 steps per sentence
                 const int nb = std::min(16, opt->batch);
                 std::vector<int64_t> first(all.begin(), all.begin() + nb);
                 Batch sub = make_src_batch(srcs, first);
@@ -348,6 +352,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
                                      {"train_flops_per_step", r.train_flops_step}, {"train_gflops", r.train_gflops},
                                      {"train_mfu", r.train_mfu}, {"greedy_sentences_per_s", r.greedy_sent_s},
+                                     {"greedy_steps", r.greedy_steps},
                                      {"greedy_mfu", r.greedy_mfu}, {"beam5_batched_sentences_per_s", r.beam_sent_s},
                                      {"beam5_single_sentences_per_s", r.beam_single_sent_s},
                                      {"matmul_gflops", r.roof}, {"matmul_gflops_mean", r.roof_mean}, {"beam5_batched_mfu", r.beam_mfu}, {"beam5_single_mfu", r.beam_single_mfu},

@@ -420,6 +420,8 @@ TEST(Bench, JsonFiguresAreConsistent) {
   for (const char* k : {"train_tokens_per_s", "train_flops_per_step", "greedy_sentences_per_s", "greedy_mfu",
                         "beam5_batched_sentences_per_s", "beam5_single_sentences_per_s", "beam5_batched_mfu", "beam5_single_mfu"})
     EXPECT_GT(row.at(k).get<double>(), 0) << k;
+  // Greedy runs 30 decoder steps, as the Python peer does.
+  EXPECT_EQ(row.at("greedy_steps").get<int64_t>(), 30);
   EXPECT_NEAR(row.at("beam5_batched_speedup").get<double>(),
               row["beam5_batched_sentences_per_s"].get<double>() / row["beam5_single_sentences_per_s"].get<double>(), 1e-9);
 }
