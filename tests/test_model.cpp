@@ -6,6 +6,7 @@
 #include "common/config.h"
 #include "data/vocab.h"
 #include "model/attention.h"
+#include "model/output_kernel.h"
 #include "model/seq2seq.h"
 
 using namespace attnmt;
@@ -220,6 +221,43 @@ TEST(Attention, FusedAdditiveScoresInFloat) {
   set_additive_lanes(16);
   EXPECT_TRUE(ran.count(4));
   std::printf("[ lanes    ] additive kernel checked with %zu lane count(s), widest %d\n", ran.size(), *ran.rbegin());
+}
+
+TEST(OutputKernel, ArgmaxAndLogProbabilityEqualLogSoftmaxThenMax) {
+  // Greedy search's pick: the index and log-probability that log_softmax(x).max(-1) gives (computed in
+  // double), for every lane count this CPU can run, row lengths around the lane widths and the benchmark's
+  // 8,000, wide and narrow logit spreads (exponents below -87 clamp), and ties (the first index wins).
+  std::set<int> ran;
+  for (int cap : {4, 8, 16}) {
+    for (int64_t V : {1, 3, 15, 16, 17, 33, 8000, 8003}) {
+      for (double spread : {1.0, 10.0, 300.0}) {
+        torch::manual_seed(static_cast<uint64_t>(V));
+        auto x = torch::randn({6, V}) * spread;
+        if (V >= 3) x[5].fill_(0.5f), x[5][V - 2] = 2.0f, x[5][V - 1] = 2.0f;  // a tie between the last two
+        const RowArgmax k = argmax_log_softmax(x, cap);
+        auto [ref_lp, ref_id] = torch::log_softmax(x.to(torch::kDouble), -1).max(-1);
+        ASSERT_EQ(k.ids.sizes(), ref_id.sizes());
+        ASSERT_EQ(k.logp.sizes(), ref_lp.sizes());
+        const int64_t rows = V >= 3 ? 5 : 6;  // the tie row is checked below (ATen does not promise which index)
+        EXPECT_TRUE(torch::equal(k.ids.slice(0, 0, rows), ref_id.slice(0, 0, rows))) << "V " << V << " spread " << spread;
+        // No less exact than ATen's float log_softmax (twice its error against double, at least 1e-5).
+        auto [aten_lp, aten_id] = torch::log_softmax(x, -1).max(-1);
+        const double aten_err = (aten_lp.to(torch::kDouble) - ref_lp).abs().max().item<double>();
+        EXPECT_LT((k.logp.to(torch::kDouble) - ref_lp).abs().max().item<double>(), std::max(1e-5, 2 * aten_err))
+            << "V " << V << " spread " << spread << " lanes " << cap;
+        if (V >= 3) EXPECT_EQ(k.ids[5].item<int64_t>(), V - 2) << "ties go to the first index";
+      }
+    }
+    ran.insert(cap);
+  }
+  // Other dtypes take ATen's ops; a wrong shape is refused.
+  auto d = torch::randn({2, 9}, torch::kDouble);
+  auto [ref_lp, ref_id] = torch::log_softmax(d, -1).max(-1);
+  const RowArgmax k = argmax_log_softmax(d);
+  EXPECT_TRUE(torch::equal(k.ids, ref_id));
+  EXPECT_TRUE(torch::allclose(k.logp, ref_lp));
+  EXPECT_THROW(argmax_log_softmax(torch::randn({2, 3, 4})), c10::Error);
+  EXPECT_EQ(ran.size(), 3u);
 }
 
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the

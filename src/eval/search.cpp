@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "data/special_tokens.h"
+#include "model/output_kernel.h"
 
 namespace attnmt {
 
@@ -35,11 +36,10 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   std::vector<torch::Tensor> tokens, scores, weights;
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
-    torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout), -1);  // [B, V]
-    auto [best, arg] = logp.max(-1);
-    y = arg.masked_fill(finished, kPadId);
+    const RowArgmax pick = argmax_log_softmax(model->decoder->logits(s.readout));  // [B]: log_softmax + max
+    y = pick.ids.masked_fill(finished, kPadId);
     tokens.push_back(y);
-    scores.push_back(best.masked_fill(finished, 0.0));
+    scores.push_back(pick.logp.masked_fill(finished, 0.0));
     if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
     finished = finished.logical_or(y.eq(kEosId));
     if (opt.stop_at_eos && t % 4 == 3 && finished.all().item<bool>()) break;  // one host sync every few steps

@@ -1,5 +1,7 @@
 #include "model/additive_kernel.h"
 
+#include "model/lanes.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -8,20 +10,6 @@
 namespace attnmt {
 
 namespace {
-// N floats at a time with GCC/Clang vector extensions: 4 lanes (SSE on x86-64, NEON on ARM, plain code
-// elsewhere) everywhere; on x86-64 also 8 (AVX2) and 16 (AVX-512) lanes in functions compiled for those
-// instruction sets, chosen at run time from what the CPU supports (a portable build cannot assume them).
-#if defined(__GNUC__) && defined(__x86_64__)
-#define ATTNMT_X86_LANES 1
-#endif
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only ever live inside the functions built for them
-#endif
-template <int N>
-struct Lanes {
-  typedef float type __attribute__((vector_size(4 * N)));
-};
-
 // tanh as a rational function on [-7.9053, 7.9053] (beyond it tanh rounds to +-1 in float): a minimax fit of
 // odd degree 13 over even degree 6; largest error 3.9e-7 against double tanh on a fine grid over [-12, 12].
 template <int N>
@@ -99,14 +87,7 @@ __attribute__((target("avx512f"))) void additive_rows_avx512(const AdditiveArgs&
 
 // The widest lane count this CPU supports, capped by set_additive_lanes (tests).
 std::atomic<int> max_lanes_cap{16};
-int additive_lanes_now() {
-#ifdef ATTNMT_X86_LANES
-  static const int cpu = __builtin_cpu_supports("avx512f") ? 16 : __builtin_cpu_supports("avx2") ? 8 : 4;
-#else
-  static const int cpu = 4;
-#endif
-  return std::min(cpu, max_lanes_cap.load());
-}
+int additive_lanes_now() { return std::min(cpu_lanes(), max_lanes_cap.load()); }
 
 void additive_forward_float(const AdditiveArgs& x, int64_t B) {
   const int lanes = additive_lanes_now();
