@@ -260,6 +260,61 @@ TEST(OutputKernel, ArgmaxAndLogProbabilityEqualLogSoftmaxThenMax) {
   EXPECT_EQ(ran.size(), 3u);
 }
 
+TEST(OutputKernel, PackedLinearEqualsLinear) {
+  // x W^T + b through the packed copy: no further from the double-precision product than ATen's float product
+  // (twice its error, at least 1e-5 relative to the largest output), for row counts around the 8-row register
+  // block and the 128-row block, column counts around the 32-column panel, 1 to 4 threads (identical results:
+  // each output is one sum in the same order), and [B, T, K] inputs. An in-place update of the weight or the
+  // bias, or another weight, is seen by the next call (the packed copy is refreshed).
+  if (!PackedLinear::available()) {
+    std::printf("[ SKIPPED  ] no AVX-512 on this CPU: the packed output layer is ATen's linear here\n");
+  }
+  torch::NoGradGuard ng;
+  int checked = 0;
+  for (int64_t K : {1, 5, 64}) {
+    for (int64_t V : {1, 31, 32, 33, 97}) {
+      for (int64_t B : {1, 7, 8, 9, 130}) {
+        torch::manual_seed(static_cast<uint64_t>(K * 1000 + V * 10 + B));
+        auto w = torch::randn({V, K}), b = torch::randn({V}), x = torch::randn({B, K});
+        const auto ref = torch::addmm(b.to(torch::kDouble), x.to(torch::kDouble), w.to(torch::kDouble).t());
+        const double scale = std::max(1.0, ref.abs().max().item<double>());
+        const double aten_err = (torch::addmm(b, x, w.t()).to(torch::kDouble) - ref).abs().max().item<double>() / scale;
+        PackedLinear packed;
+        torch::Tensor first;
+        for (int threads : {1, 2, 4}) {
+          const auto y = packed(x, w, b, threads);
+          ASSERT_EQ(y.sizes(), ref.sizes());
+          EXPECT_LT((y.to(torch::kDouble) - ref).abs().max().item<double>() / scale, std::max(1e-5, 2 * aten_err))
+              << "B " << B << " K " << K << " V " << V << " threads " << threads;
+          if (!first.defined()) first = y;
+          EXPECT_TRUE(torch::equal(y, first)) << "threads " << threads << " changed the result";
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 5 * 5 * 3);
+  // The benchmark's output layer, [B, T, K] input.
+  torch::manual_seed(5);
+  auto w = torch::randn({8000, 512}) * 0.05, b = torch::randn({8000}), x = torch::randn({3, 22, 512});
+  PackedLinear packed;
+  auto y = packed(x, w, b);
+  ASSERT_EQ(y.sizes(), (std::vector<int64_t>{3, 22, 8000}));
+  const auto ref = torch::nn::functional::linear(x.to(torch::kDouble), w.to(torch::kDouble), b.to(torch::kDouble));
+  EXPECT_LT((y.to(torch::kDouble) - ref).abs().max().item<double>(), 1e-4);
+  // Updates are seen: in place (version counters), and another tensor of the same shape.
+  w.mul_(2);
+  EXPECT_TRUE(torch::allclose(packed(x, w, b), torch::nn::functional::linear(x, w, b), 1e-4, 1e-4));
+  b.add_(1);
+  EXPECT_TRUE(torch::allclose(packed(x, w, b), torch::nn::functional::linear(x, w, b), 1e-4, 1e-4));
+  auto w2 = torch::randn({8000, 512}) * 0.05;
+  EXPECT_TRUE(torch::allclose(packed(x, w2, b), torch::nn::functional::linear(x, w2, b), 1e-4, 1e-4));
+  // Gradients wanted, or another dtype: ATen's linear, exactly.
+  auto d = torch::randn({4, 6}, torch::kDouble), wd = torch::randn({5, 6}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(packed(d, wd, torch::Tensor()), torch::nn::functional::linear(d, wd)));
+  EXPECT_THROW(packed(torch::randn({2, 7}), w, b), c10::Error);
+}
+
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the
 // gradients of the input and of every weight, for 1 and 2 layers, one and both directions.
 TEST(Rnn, LengthsPathEqualsPacked) {

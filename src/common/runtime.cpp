@@ -66,6 +66,8 @@ ThreadInfo setup_threads(int n, int intra) {
   return info;
 }
 
+int blas_threads() { return std::max(1, openblas_get_num_threads ? openblas_get_num_threads() : at::get_num_threads()); }
+
 std::string blas_info() {
   return openblas_get_config ? std::string(openblas_get_config()) : std::string("not OpenBLAS");
 }

@@ -23,6 +23,10 @@ struct ThreadInfo {
 // and LibTorch's intra-op threads to intra (0 = n).
 ThreadInfo setup_threads(int n, int intra);
 
+// How many threads the BLAS runs products on (OpenBLAS's own count, else LibTorch's intra-op threads): the
+// hand-written kernels that stand in for a product use as many.
+int blas_threads();
+
 // The BLAS library that answers, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64"
 // (the kernel family it picked for this CPU is named there), or "not OpenBLAS".
 std::string blas_info();

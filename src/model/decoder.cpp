@@ -89,6 +89,11 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   return o;
 }
 
+torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
+  if (!is_training() && !torch::GradMode::is_enabled()) return packed_out_(readout, out->weight, out->bias);
+  return out(drop(readout));
+}
+
 namespace {
 // [B, T, F] -> [N, F] at the flat positions rows (b * T + t); x unchanged without rows.
 torch::Tensor at_rows(const torch::Tensor& x, const torch::Tensor& rows) {

@@ -8,6 +8,7 @@
 #include "common/config.h"
 #include "model/attention.h"
 #include "model/encoder.h"
+#include "model/output_kernel.h"
 #include "model/rnn.h"
 
 namespace attnmt {
@@ -62,7 +63,8 @@ class DecoderImpl : public torch::nn::Module {
   // With rows (int64 flat positions b * T + t) the readout is computed at those positions only: [N, R].
   DecoderOutput forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
                         double teacher_forcing = 1.0, bool stepwise = false, const torch::Tensor& rows = {});
-  torch::Tensor logits(const torch::Tensor& readout) { return out(drop(readout)); }
+  // The output layer; while decoding (eval mode, no gradients) through its packed copy (model/output_kernel.h).
+  torch::Tensor logits(const torch::Tensor& readout);
   bool has_attention() const { return static_cast<bool>(attention_); }
   bool luong_style() const { return luong_style_; }
   bool can_run_all_steps() const { return luong_style_ && !input_feeding_; }
@@ -92,6 +94,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::nn::Dropout drop{nullptr};
   Rnn rnn{nullptr};
   std::shared_ptr<AttentionImpl> attention_;
+  PackedLinear packed_out_;
   torch::nn::Linear bridge_h{nullptr}, bridge_c{nullptr};
   torch::nn::Linear combine{nullptr};  // Luong: h~ = tanh(W_c [c; s]); Bahdanau/none: readout tanh(W [s; c; e])
   torch::nn::Linear out{nullptr};

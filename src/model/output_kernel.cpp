@@ -2,9 +2,19 @@
 
 #include "model/lanes.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/runtime.h"
 
 namespace attnmt {
 
@@ -88,6 +98,177 @@ __attribute__((target("avx512f"))) void argmax_rows_avx512(const float* X, int64
   argmax_rows<16>(X, V, b0, b1, ids, logp);
 }
 #endif
+
+// The packed product. A panel holds 2N output columns for all K inputs ([K, 2N]); R rows of x at a time
+// accumulate against it in R x 2 vector registers (16 of AVX-512's 32), one broadcast of x[r][k] and two
+// loads of the panel per k. Rows are taken in blocks of kRowBlock, so that the block of x stays in the L2
+// cache while every panel passes by once per block.
+constexpr int kPanelLanes = 16;
+constexpr int kPanel = 2 * kPanelLanes;  // output columns per panel
+constexpr int kRows = 8;                  // rows per register block
+constexpr int64_t kRowBlock = 128;
+
+template <int N, int R>
+__attribute__((always_inline)) inline void panel_rows(const float* x, int64_t K, const float* panel, const float* bias,
+                                                      float* y, int64_t ldy) {
+  using F = typename Lanes<N>::type;
+  F b0, b1;
+  std::memcpy(&b0, bias, sizeof b0);
+  std::memcpy(&b1, bias + N, sizeof b1);
+  F acc[R][2];
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    acc[r][0] = b0;
+    acc[r][1] = b1;
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    F w0, w1;
+    std::memcpy(&w0, panel + k * 2 * N, sizeof w0);
+    std::memcpy(&w1, panel + k * 2 * N + N, sizeof w1);
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      const F xr = F{} + x[r * K + k];
+      acc[r][0] += xr * w0;
+      acc[r][1] += xr * w1;
+    }
+  }
+#pragma GCC unroll 16
+  for (int r = 0; r < R; ++r) {
+    std::memcpy(y + r * ldy, &acc[r][0], sizeof(F));
+    std::memcpy(y + r * ldy + N, &acc[r][1], sizeof(F));
+  }
+}
+
+struct PackedArgs {
+  const float* x;       // [B, K]
+  const float* tail;    // [kRows, K]: x's last B % kRows rows, then zeros
+  const float* panels;  // [P, K, kPanel]
+  const float* bias;    // [P * kPanel]
+  float* y;             // [B, V]
+  int64_t B, K, V;
+};
+
+template <int N>
+__attribute__((always_inline)) inline void packed_panels(const PackedArgs& a, int64_t j0, int64_t j1) {
+  constexpr int W = 2 * N;
+  alignas(64) float part[kRows * W];
+  const int64_t full_rows = a.B / kRows * kRows;
+  for (int64_t rb = 0; rb < a.B; rb += kRowBlock) {
+    const int64_t re = std::min(a.B, rb + kRowBlock);
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* panel = a.panels + j * a.K * W;
+      const float* bias = a.bias + j * W;
+      const int64_t col = j * W, cols = std::min<int64_t>(W, a.V - col);
+      for (int64_t b = rb; b < re; b += kRows) {
+        const bool whole_rows = b < full_rows;
+        const float* x = whole_rows ? a.x + b * a.K : a.tail;
+        if (whole_rows && cols == W) {
+          panel_rows<N, kRows>(x, a.K, panel, bias, a.y + b * a.V + col, a.V);
+          continue;
+        }
+        panel_rows<N, kRows>(x, a.K, panel, bias, part, W);  // a part of the panel or of the rows: through a buffer
+        const int64_t rows = std::min<int64_t>(kRows, a.B - b);
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(a.y + (b + r) * a.V + col, part + r * W, sizeof(float) * cols);
+      }
+    }
+  }
+}
+
+
+// Helper threads for the packed product's shares, each pinned, while it works, to a core other than the
+// caller's. Left to itself the scheduler often woke a helper on the caller's own core (OpenBLAS's idle thread
+// spins on the other one, so that core looks busy): the two halves then shared one core and the product took
+// longer than the BLAS's. Idle helpers sleep on a condition variable.
+class ShareThreads {
+ public:
+  // Runs share(0) on the caller and share(1) .. share(n - 1) on helpers; returns when all are done.
+  static void run(int64_t n, const std::function<void(int64_t)>& share) {
+    if (n <= 1) return share(0);
+    static ShareThreads pool;
+    pool.run_shares(n, share);
+  }
+
+ private:
+  ~ShareThreads() {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_ = true;
+    }
+    wake_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+  void run_shares(int64_t n, const std::function<void(int64_t)>& share) {
+    std::unique_lock<std::mutex> lk(mu_);
+    while (static_cast<int64_t>(threads_.size()) < n - 1) {
+      const int64_t id = static_cast<int64_t>(threads_.size()) + 1;
+      threads_.emplace_back([this, id] { loop(id); });
+      pinned_.push_back(-1);
+    }
+    pin_away_from_caller(n);
+    share_ = &share;
+    shares_ = n;
+    pending_ = n - 1;
+    ++generation_;
+    lk.unlock();
+    wake_.notify_all();
+    share(0);
+    lk.lock();
+    done_.wait(lk, [&] { return pending_ == 0; });
+    share_ = nullptr;
+  }
+
+  // Helper i (1-based) onto the i-th allowed core that is not the caller's, when there is one.
+  void pin_away_from_caller(int64_t n) {
+    cpu_set_t allowed;
+    CPU_ZERO(&allowed);
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    const int here = sched_getcpu();
+    std::vector<int> others;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &allowed) && c != here) others.push_back(c);
+    if (others.empty()) return;
+    for (int64_t i = 1; i < n; ++i) {
+      const int cpu = others[static_cast<size_t>(i - 1) % others.size()];
+      if (pinned_[static_cast<size_t>(i - 1)] == cpu) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      if (pthread_setaffinity_np(threads_[static_cast<size_t>(i - 1)].native_handle(), sizeof one, &one) == 0)
+        pinned_[static_cast<size_t>(i - 1)] = cpu;
+    }
+  }
+
+  void loop(int64_t id) {
+    uint64_t seen = 0;
+    std::unique_lock<std::mutex> lk(mu_);
+    for (;;) {
+      wake_.wait(lk, [&] { return stop_ || (generation_ != seen && id < shares_); });
+      if (stop_) return;
+      seen = generation_;
+      const std::function<void(int64_t)>* share = share_;
+      lk.unlock();
+      (*share)(id);
+      lk.lock();
+      if (--pending_ == 0) done_.notify_one();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable wake_, done_;
+  std::vector<std::thread> threads_;
+  std::vector<int> pinned_;  // the core each helper is pinned to, -1 before the first pin
+  const std::function<void(int64_t)>* share_ = nullptr;
+  int64_t shares_ = 0, pending_ = 0;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+};
+
+#ifdef ATTNMT_X86_LANES
+__attribute__((target("avx512f"))) void packed_panels_avx512(const PackedArgs& a, int64_t j0, int64_t j1) {
+  packed_panels<kPanelLanes>(a, j0, j1);
+}
+#endif
 }  // namespace
 
 RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes) {
@@ -117,6 +298,68 @@ RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes) {
     argmax_rows<4>(X, V, b0, b1, ids, lp);
   });
   return out;
+}
+
+bool PackedLinear::available() {
+#ifdef ATTNMT_X86_LANES
+  return cpu_lanes() == 16;
+#else
+  return false;
+#endif
+}
+
+void PackedLinear::refresh(const torch::Tensor& weight, const torch::Tensor& bias) {
+  const void* bias_impl = bias.defined() ? bias.unsafeGetTensorImpl() : nullptr;
+  const int64_t bias_version = bias.defined() ? bias._version() : 0;
+  if (panels_.defined() && weight.unsafeGetTensorImpl() == weight_impl_ && weight.data_ptr() == weight_data_ &&
+      weight._version() == weight_version_ && bias_impl == bias_impl_ && bias_version == bias_version_)
+    return;
+  torch::NoGradGuard ng;
+  const int64_t V = weight.size(0), K = weight.size(1), P = (V + kPanel - 1) / kPanel;
+  torch::Tensor w = torch::zeros({P * kPanel, K}, weight.options());
+  w.narrow(0, 0, V).copy_(weight);
+  panels_ = w.view({P, kPanel, K}).transpose(1, 2).contiguous();  // [P, K, kPanel]
+  bias_ = torch::zeros({P * kPanel}, weight.options());
+  if (bias.defined()) bias_.narrow(0, 0, V).copy_(bias);
+  weight_impl_ = weight.unsafeGetTensorImpl();
+  weight_data_ = weight.data_ptr();
+  weight_version_ = weight._version();
+  bias_impl_ = bias_impl;
+  bias_version_ = bias_version;
+}
+
+torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                                       int threads) {
+  TORCH_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "PackedLinear: x ", x.sizes(),
+              " does not fit weight ", weight.sizes());
+  TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)), "PackedLinear: bias ",
+              bias.sizes(), " does not fit weight ", weight.sizes());
+  const bool kernel = available() && x.is_cpu() && weight.is_cpu() && x.scalar_type() == torch::kFloat &&
+                      weight.scalar_type() == torch::kFloat && (!bias.defined() || bias.scalar_type() == torch::kFloat) &&
+                      !(torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad()));
+  if (!kernel) return torch::nn::functional::linear(x, weight, bias);
+#ifdef ATTNMT_X86_LANES
+  refresh(weight, bias);
+  const int64_t K = weight.size(1), V = weight.size(0);
+  const torch::Tensor x2 = x.reshape({-1, K}).contiguous();
+  const int64_t B = x2.size(0);
+  std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
+  out_shape.back() = V;
+  torch::Tensor y = torch::empty({B, V}, x2.options());
+  if (B == 0 || V == 0) return y.view(out_shape);
+  torch::Tensor tail = torch::zeros({kRows, K}, x2.options());
+  const int64_t tail_rows = B % kRows;
+  if (tail_rows > 0) tail.narrow(0, 0, tail_rows).copy_(x2.narrow(0, B - tail_rows, tail_rows));
+  const PackedArgs a{x2.data_ptr<float>(), tail.data_ptr<float>(), panels_.data_ptr<float>(), bias_.data_ptr<float>(),
+                     y.data_ptr<float>(), B, K, V};
+  // The columns in as many contiguous shares as threads, the caller's thread taking the first.
+  const int64_t P = panels_.size(0);
+  const int64_t n = std::min<int64_t>(P, threads > 0 ? threads : blas_threads());
+  ShareThreads::run(n, [&a, n, P](int64_t t) { packed_panels_avx512(a, P * t / n, P * (t + 1) / n); });
+  return y.view(out_shape);
+#else
+  return torch::nn::functional::linear(x, weight, bias);
+#endif
 }
 
 }  // namespace attnmt

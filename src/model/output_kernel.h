@@ -1,6 +1,9 @@
-// The greedy choice over rows of output-layer logits without a log-softmax: a hand-written CPU kernel in
-// 4, 8 (AVX2) or 16 (AVX-512) lanes chosen at run time, as SIMD code is kept apart from its callers.
+// Hand-written CPU kernels for the output layer while decoding, kept apart from their callers as SIMD code is:
+// the greedy choice over rows of logits without a log-softmax (4, 8 (AVX2) or 16 (AVX-512) lanes chosen at run
+// time), and the output layer's product with its weights packed once (AVX-512).
 #pragma once
+#include <cstdint>
+
 #include <torch/torch.h>
 
 namespace attnmt {
@@ -14,5 +17,28 @@ struct RowArgmax {
 // where ATen's log_softmax and max make four and write a [B, V] tensor. logits: [B, V]. Float rows on the
 // CPU use the kernel (at most max_lanes lanes: 4, 8 or 16; for tests), anything else ATen's ops.
 RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes = 16);
+
+// x W^T + b for a few rows x at a time (a decoder step's), with W [V, K] packed once into panels of 32 output
+// columns ([V/32, K, 32]) that each step reads as they lie. ATen hands such a product to the BLAS, which packs
+// the whole [V, K] matrix again for every call: with 64 rows that copy took a third as long as the product
+// itself. Each output is one sum over k in order, whatever the thread count: the result does not depend on it.
+// The packed copy is refreshed when the weight or bias changes (another tensor, or an in-place update: their
+// version counters). Float CPU tensors on a CPU with AVX-512 take the kernel; anything else ATen's linear.
+class PackedLinear {
+ public:
+  // Whether the kernel runs on this CPU (AVX-512).
+  static bool available();
+  // x [..., K] -> [..., V]. threads: how many threads share the output columns (0 = as many as the BLAS uses).
+  torch::Tensor operator()(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias, int threads = 0);
+
+ private:
+  void refresh(const torch::Tensor& weight, const torch::Tensor& bias);
+  torch::Tensor panels_;  // [ceil(V/32), K, 32], zero beyond V
+  torch::Tensor bias_;    // [ceil(V/32) * 32], zero beyond V
+  const void* weight_impl_ = nullptr;
+  const void* bias_impl_ = nullptr;
+  const void* weight_data_ = nullptr;
+  int64_t weight_version_ = -1, bias_version_ = -1;
+};
 
 }  // namespace attnmt
