@@ -315,6 +315,36 @@ TEST(OutputKernel, PackedLinearEqualsLinear) {
   EXPECT_THROW(packed(torch::randn({2, 7}), w, b), c10::Error);
 }
 
+TEST(Rnn, DecodingStepEqualsOneStepForward) {
+  // Rnn::step while decoding (packed products, gates by hand) gives what the LibTorch module gives for one step:
+  // GRU and LSTM, one and two layers, over three chained steps (the state carries over).
+  torch::NoGradGuard ng;
+  for (RnnCell cell : {RnnCell::kGru, RnnCell::kLstm})
+    for (int64_t layers : {1, 2}) {
+      torch::manual_seed(7);
+      Rnn rnn(cell, 37, 40, layers, 0.3, false);
+      rnn->eval();
+      const int64_t B = 11;
+      RnnState a{torch::randn({layers, B, 40}), cell == RnnCell::kLstm ? torch::randn({layers, B, 40}) : torch::Tensor()};
+      RnnState b = a;
+      for (int t = 0; t < 3; ++t) {
+        const torch::Tensor x = torch::randn({B, 37});
+        auto [ya, sa] = rnn->step(x, a);
+        auto [yb, sb] = rnn->forward(x.unsqueeze(1), b);
+        ASSERT_EQ(ya.sizes(), (std::vector<int64_t>{B, 40}));
+        ASSERT_EQ(sa.h.sizes(), sb.h.sizes());
+        EXPECT_LT((ya - yb.squeeze(1)).abs().max().item<float>(), 1e-5) << "layers " << layers << " step " << t;
+        EXPECT_LT((sa.h - sb.h).abs().max().item<float>(), 1e-5);
+        if (cell == RnnCell::kLstm) {
+          ASSERT_EQ(sa.c.sizes(), sb.c.sizes());
+          EXPECT_LT((sa.c - sb.c).abs().max().item<float>(), 1e-5);
+        }
+        a = sa;
+        b = sb;
+      }
+    }
+}
+
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the
 // gradients of the input and of every weight, for 1 and 2 layers, one and both directions.
 TEST(Rnn, LengthsPathEqualsPacked) {

@@ -65,10 +65,10 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   DecoderStepOutput o;
   if (luong_style_) {
     torch::Tensor x = input_feeding_ ? torch::cat({e, state.feed}, -1) : e;
-    auto [y, st] = rnn->forward(x.unsqueeze(1), state.rnn);  // y [B, 1, H]
+    auto [y, st] = rnn->step(x, state.rnn);  // y [B, H]
     state.rnn = st;
-    AttentionOutput a = attention_->attend(y, mem);          // queried with the current state
-    torch::Tensor ht = torch::tanh(combine(torch::cat({a.context, y}, -1))).squeeze(1);  // h~_t [B, H]
+    AttentionOutput a = attention_->attend(y.unsqueeze(1), mem);  // queried with the current state
+    torch::Tensor ht = torch::tanh(decoding_linear(combine, packed_combine_, torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t [B, H]
     if (input_feeding_) state.feed = ht;
     o.readout = ht;
     o.weights = a.weights.squeeze(1);
@@ -83,16 +83,18 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   } else {
     ctx = state.fixed;
   }
-  auto [y, st] = rnn->forward(torch::cat({e, ctx}, -1).unsqueeze(1), state.rnn);
+  auto [y, st] = rnn->step(torch::cat({e, ctx}, -1), state.rnn);
   state.rnn = st;
-  o.readout = torch::tanh(combine(torch::cat({y.squeeze(1), ctx, e}, -1)));
+  o.readout = torch::tanh(decoding_linear(combine, packed_combine_, torch::cat({y, ctx, e}, -1)));
   return o;
 }
 
-torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
-  if (!is_training() && !torch::GradMode::is_enabled()) return packed_out_(readout, out->weight, out->bias);
-  return out(drop(readout));
+torch::Tensor DecoderImpl::decoding_linear(torch::nn::Linear& layer, PackedLinear& packed, const torch::Tensor& x) {
+  if (!is_training() && !torch::GradMode::is_enabled()) return packed(x, layer->weight, layer->bias);
+  return layer(x);
 }
+
+torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) { return decoding_linear(out, packed_out_, drop(readout)); }
 
 namespace {
 // [B, T, F] -> [N, F] at the flat positions rows (b * T + t); x unchanged without rows.

@@ -53,6 +53,42 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, cons
   return {y, RnnState{h, torch::Tensor()}};
 }
 
+std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const RnnState& state) {
+  TORCH_CHECK(x.dim() == 2, "Rnn::step: x must be [B, In], got ", x.sizes());
+  TORCH_CHECK(!bidirectional_, "Rnn::step: one direction only");
+  if (is_training() || torch::GradMode::is_enabled() || !x.is_cpu() || !state.h.defined()) {
+    auto [y, st] = forward(x.unsqueeze(1), state);
+    return {y.squeeze(1), st};
+  }
+  packed_ih_.resize(static_cast<size_t>(layers_));
+  packed_hh_.resize(static_cast<size_t>(layers_));
+  const int64_t H = hidden_;
+  RnnState next;
+  std::vector<torch::Tensor> hs, cs;
+  torch::Tensor in = x;
+  for (int64_t l = 0; l < layers_; ++l) {
+    const std::string k = std::to_string(l);
+    const torch::Tensor gi = packed_ih_[static_cast<size_t>(l)](in, param("weight_ih_l" + k), param("bias_ih_l" + k));
+    const torch::Tensor h = state.h[l];
+    const torch::Tensor gh = packed_hh_[static_cast<size_t>(l)](h, param("weight_hh_l" + k), param("bias_hh_l" + k));
+    if (lstm) {  // gates i, f, g, o
+      const torch::Tensor g = gi + gh;
+      const torch::Tensor sg = torch::sigmoid(g);  // the g gate's sigmoid is not used: one op instead of three
+      const torch::Tensor c = sg.narrow(1, H, H) * state.c[l] + sg.narrow(1, 0, H) * torch::tanh(g.narrow(1, 2 * H, H));
+      in = sg.narrow(1, 3 * H, H) * torch::tanh(c);
+      cs.push_back(c);
+    } else {  // gates r, z, n: h' = n + z (h - n), n = tanh(gi_n + r gh_n)
+      const torch::Tensor rz = torch::sigmoid(gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H));
+      const torch::Tensor n = torch::tanh(gi.narrow(1, 2 * H, H) + rz.narrow(1, 0, H) * gh.narrow(1, 2 * H, H));
+      in = n + rz.narrow(1, H, H) * (h - n);
+    }
+    hs.push_back(in);
+  }
+  next.h = torch::stack(hs, 0);
+  if (lstm) next.c = torch::stack(cs, 0);
+  return {in, next};
+}
+
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& lengths) {
   namespace rnnu = torch::nn::utils::rnn;
   auto packed = rnnu::pack_padded_sequence(x, lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);

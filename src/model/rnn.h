@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "model/output_kernel.h"
 
 namespace attnmt {
 
@@ -27,6 +28,10 @@ class RnnImpl : public torch::nn::Module {
   // size of the whole projection, and the engine adds them up (58 adds of [tokens, 3H] per batch for a
   // bidirectional GRU over 29 steps). GRU on the CPU only; LSTM and other devices use forward_packed.
   std::pair<torch::Tensor, RnnState> forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths);
+  // One time step of a one-direction RNN: x [B, In] -> top layer's output [B, H] and the new state. While
+  // decoding (eval mode, no gradients) each layer's two products go through packed copies of the weights
+  // (model/output_kernel.h) and the gates are a few elementwise ops; otherwise forward() over one step.
+  std::pair<torch::Tensor, RnnState> step(const torch::Tensor& x, const RnnState& state);
   bool is_lstm() const { return static_cast<bool>(lstm); }
   int64_t layers() const { return layers_; }
   // A weight or bias by its LibTorch name ("weight_ih_l0", "bias_hh_l0", ...).
@@ -38,6 +43,7 @@ class RnnImpl : public torch::nn::Module {
   bool bidirectional_;
   torch::nn::GRU gru{nullptr};
   torch::nn::LSTM lstm{nullptr};
+  std::vector<PackedLinear> packed_ih_, packed_hh_;  // per layer, for step()
 };
 TORCH_MODULE(Rnn);
 
