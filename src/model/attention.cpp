@@ -83,7 +83,7 @@ AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
-  torch::Tensor scores = additive_scores(w_query(query), mem.keys, v->weight.view({-1}));  // [B, T, S]
+  torch::Tensor scores = additive_scores(decoding_linear(*this, w_query, packed_query_, query), mem.keys, v->weight.view({-1}));  // [B, T, S]
   torch::Tensor w = masked_softmax(scores, mem.mask);
   return {torch::bmm(w, mem.values), w, torch::Tensor()};                        // [B, T, H_enc]
 }
@@ -130,10 +130,10 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
   TORCH_CHECK(query.dim() == 3 && query.size(0) == mem.mask.size(0), "MultiHeadAttention: query must be [B, T, Q], got ",
               query.sizes());
   const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
-  torch::Tensor q = wq(query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
+  torch::Tensor q = decoding_linear(*this, wq, packed_wq_, query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
   AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask);  // ctx [B, h, T, d], w [B, h, T, S]
   torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
-  return {wo(ctx), o.weights.mean(1), o.weights};
+  return {decoding_linear(*this, wo, packed_wo_, ctx), o.weights.mean(1), o.weights};
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {

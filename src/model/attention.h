@@ -9,6 +9,7 @@
 
 #include "common/config.h"
 #include "model/additive_kernel.h"
+#include "model/output_kernel.h"
 
 namespace attnmt {
 
@@ -64,6 +65,7 @@ class AdditiveAttention : public AttentionImpl {
  private:
   int64_t key_dim_;
   torch::nn::Linear w_query{nullptr}, u_key{nullptr}, v{nullptr};
+  PackedLinear packed_query_;  // w_query while decoding
 };
 
 // Luong et al. 2015 multiplicative: dot s^T h, general s^T W h (W h projected once per batch).
@@ -92,6 +94,7 @@ class MultiHeadAttention : public AttentionImpl {
  private:
   int64_t key_dim_, attn_dim_, heads_;
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
+  PackedLinear packed_wq_, packed_wo_;  // while decoding
 };
 
 // Builds the mechanism cfg.attention names (nullptr for AttentionType::kNone).

@@ -68,7 +68,7 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
     auto [y, st] = rnn->step(x, state.rnn);  // y [B, H]
     state.rnn = st;
     AttentionOutput a = attention_->attend(y.unsqueeze(1), mem);  // queried with the current state
-    torch::Tensor ht = torch::tanh(decoding_linear(combine, packed_combine_, torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t [B, H]
+    torch::Tensor ht = torch::tanh(decoding_linear(*this, combine, packed_combine_, torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t [B, H]
     if (input_feeding_) state.feed = ht;
     o.readout = ht;
     o.weights = a.weights.squeeze(1);
@@ -85,16 +85,11 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   }
   auto [y, st] = rnn->step(torch::cat({e, ctx}, -1), state.rnn);
   state.rnn = st;
-  o.readout = torch::tanh(decoding_linear(combine, packed_combine_, torch::cat({y, ctx, e}, -1)));
+  o.readout = torch::tanh(decoding_linear(*this, combine, packed_combine_, torch::cat({y, ctx, e}, -1)));
   return o;
 }
 
-torch::Tensor DecoderImpl::decoding_linear(torch::nn::Linear& layer, PackedLinear& packed, const torch::Tensor& x) {
-  if (!is_training() && !torch::GradMode::is_enabled()) return packed(x, layer->weight, layer->bias);
-  return layer(x);
-}
-
-torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) { return decoding_linear(out, packed_out_, drop(readout)); }
+torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) { return decoding_linear(*this, out, packed_out_, drop(readout)); }
 
 namespace {
 // [B, T, F] -> [N, F] at the flat positions rows (b * T + t); x unchanged without rows.

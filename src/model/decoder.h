@@ -86,8 +86,6 @@ class DecoderImpl : public torch::nn::Module {
   // The readout tanh(W_c [features]) at the requested positions only ([B, T, F] -> [N, H]): padding costs no
   // readout product. All positions without rows.
   torch::Tensor readout_at(const torch::Tensor& features, const torch::Tensor& rows);
-  // layer(x); while decoding (eval mode, no gradients) through its packed copy.
-  torch::Tensor decoding_linear(torch::nn::Linear& layer, PackedLinear& packed, const torch::Tensor& x);
 
   bool luong_style_;    // attention queried with the current state (luong, scaled_dot)
   bool input_feeding_;  // h~_{t-1} joins the next input

@@ -362,4 +362,10 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
 #endif
 }
 
+torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,
+                              const torch::Tensor& x) {
+  if (!owner.is_training() && !torch::GradMode::is_enabled()) return packed(x, layer->weight, layer->bias);
+  return layer(x);
+}
+
 }  // namespace attnmt

@@ -41,4 +41,8 @@ class PackedLinear {
   int64_t weight_version_ = -1, bias_version_ = -1;
 };
 
+// layer(x); while decoding (the owning module in eval mode, no gradients) the same product through packed.
+torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,
+                              const torch::Tensor& x);
+
 }  // namespace attnmt
