@@ -21,6 +21,7 @@
 #include "data/vocab.h"
 #include "eval/search.h"
 #include "model/flops.h"
+#include "model/output_kernel.h"
 #include "model/seq2seq.h"
 #include "train/distributed.h"
 #include "train/launcher.h"
@@ -56,6 +57,23 @@ double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, in
   auto b = torch::randn({K, N}, torch::TensorOptions().device(dev));
   best_mm_seconds(a, b, 1);
   return 2.0 * static_cast<double>(M * K * N) / best_mm_seconds(a, b, reps) / 1e9;
+}
+
+// Best of `reps` output-layer products x W^T ([M x K] rows, W [N x K]) through the packed copy of W that decoding
+// uses (model/output_kernel.h), in GFLOP/s; 0 where decoding does not use it (no AVX-512, or not the CPU).
+double packed_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
+  if (!dev.is_cpu() || !PackedLinear::available()) return 0;
+  torch::NoGradGuard ng;
+  const torch::Tensor x = torch::randn({M, K}), w = torch::randn({N, K}), b = torch::zeros({N});
+  PackedLinear packed;
+  packed(x, w, b);  // packs W once, as a decoder does for a whole search
+  double best = 1e9;
+  for (int i = 0; i < reps; ++i) {
+    const double t0 = now_s();
+    packed(x, w, b);
+    best = std::min(best, now_s() - t0);
+  }
+  return 2.0 * static_cast<double>(M * K * N) / best / 1e9;
 }
 
 // Best of 20 1024x1024x1024 float32 products: the roofline.
@@ -175,6 +193,12 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             const double out80 = gemm_gflops(dev, 80, base.hidden_dim, opt->vocab, 20);
             spdlog::info("output layer [rows x {}] . [{} x {}]: 5 rows {:.1f} GFLOP/s, 80 rows {:.1f} GFLOP/s", base.hidden_dim,
                          base.hidden_dim, opt->vocab, out5, out80);
+            // The same products through the packed weights that decoding uses.
+            const double packed5 = packed_gflops(dev, 5, base.hidden_dim, opt->vocab, 50);
+            const double packed80 = packed_gflops(dev, 80, base.hidden_dim, opt->vocab, 20);
+            if (packed5 > 0)
+              spdlog::info("the same with packed weights, as decoding runs it: 5 rows {:.1f} GFLOP/s, 80 rows {:.1f} GFLOP/s", packed5,
+                           packed80);
             // Synthetic batch: lengths spread over [min_len, max_len], random ids.
             torch::manual_seed(1);
             std::vector<EncodedPair> data;
@@ -346,6 +370,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             }
             if (opt->json) {
               nlohmann::json j = {{"matmul_gflops", roof}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
+                                 {"output_layer_packed_gflops_5_rows", packed5}, {"output_layer_packed_gflops_80_rows", packed80},
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
               for (const auto& r : rows)

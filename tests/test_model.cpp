@@ -345,6 +345,26 @@ TEST(Rnn, DecodingStepEqualsOneStepForward) {
     }
 }
 
+TEST(Rnn, DecodingEncoderRunEqualsPacked) {
+  // While decoding (eval mode, no gradients) the encoder's run by lengths goes through packed products: outputs
+  // (zero at padding) and final states equal the packed-sequence run, one and two layers, one and both directions.
+  torch::NoGradGuard ng;
+  for (int64_t layers : {1, 2})
+    for (bool bidir : {false, true}) {
+      torch::manual_seed(9);
+      Rnn rnn(RnnCell::kGru, 13, 24, layers, 0.2, bidir);
+      rnn->eval();
+      const torch::Tensor lengths = torch::tensor({7, 1, 4, 7, 2, 5, 3, 6, 7}, torch::kLong);
+      const torch::Tensor x = torch::randn({9, 7, 13});
+      auto [ya, sa] = rnn->forward_lengths(x, lengths);
+      auto [yb, sb] = rnn->forward_packed(x, lengths);
+      ASSERT_EQ(ya.sizes(), yb.sizes());
+      ASSERT_EQ(sa.h.sizes(), sb.h.sizes());
+      EXPECT_LT((ya - yb).abs().max().item<float>(), 1e-5) << "layers " << layers << " bidir " << bidir;
+      EXPECT_LT((sa.h - sb.h).abs().max().item<float>(), 1e-5) << "layers " << layers << " bidir " << bidir;
+    }
+}
+
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the
 // gradients of the input and of every weight, for 1 and 2 layers, one and both directions.
 TEST(Rnn, LengthsPathEqualsPacked) {

@@ -7,6 +7,7 @@
 #include "data/toy_corpus.h"
 #include "support.h"
 #include "eval/run_dir.h"
+#include "model/output_kernel.h"
 #include "train/trainer.h"
 
 using namespace attnmt;
@@ -401,6 +402,11 @@ TEST(Bench, JsonFiguresAreConsistent) {
   EXPECT_GT(j.at("matmul_gflops").get<double>(), 0);
   EXPECT_GT(j.at("output_layer_gflops_5_rows").get<double>(), 0);
   EXPECT_GT(j.at("output_layer_gflops_80_rows").get<double>(), 0);
+  // The packed products decoding runs: measured where the CPU runs them, 0 (not used) elsewhere.
+  for (const char* k : {"output_layer_packed_gflops_5_rows", "output_layer_packed_gflops_80_rows"}) {
+    if (PackedLinear::available()) EXPECT_GT(j.at(k).get<double>(), 0) << k;
+    else EXPECT_EQ(j.at(k).get<double>(), 0) << k;
+  }
   EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
   // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.
   const auto& peak = j.at("cpu_peak");

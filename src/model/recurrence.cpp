@@ -9,18 +9,6 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::tensor_list;
 
-// One GRU cell from its precomputed gate inputs gi = W_ih x + b_ih and gh = W_hh h + b_hh ([B, 3H], gates r, z, n):
-// r, z = sigmoid(gi + gh), n = tanh(gi_n + r gh_n), h' = (1 - z) n + z h.
-struct GruCell {
-  Tensor h, rz, n;  // new state, the r and z gates [B, 2H], n [B, H]
-};
-GruCell gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, int64_t H) {
-  Tensor g = (gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H)).sigmoid_();
-  Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh.narrow(1, 2 * H, H)).tanh_();
-  Tensor h_new = torch::addcmul(nt, g.narrow(1, H, H), h - nt);  // n + z (h - n)
-  return {h_new, g, nt};
-}
-
 // Backward of gru_cell for the gradient dh of h': writes the gradients of gi and gh into dgi and dgh ([B, 3H]
 // views) and returns the direct part of the gradient of h (dh z; the part through gh is dgh W_hh).
 Tensor gru_cell_backward(const Tensor& dh, const Tensor& h, const Tensor& rz, const Tensor& n, const Tensor& gh_n, Tensor dgi,
@@ -144,6 +132,13 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
   }
 };
 }  // namespace
+
+GruCell gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, int64_t H) {
+  Tensor g = (gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H)).sigmoid_();
+  Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh.narrow(1, 2 * H, H)).tanh_();
+  Tensor h_new = torch::addcmul(nt, g.narrow(1, H, H), h - nt);  // n + z (h - n)
+  return {h_new, g, nt};
+}
 
 torch::Tensor gru_sequence(const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
   TORCH_CHECK(gi_x.dim() == 3 && h0.dim() == 2 && gi_x.size(0) == h0.size(0) && gi_x.size(2) == 3 * h0.size(1),

@@ -12,6 +12,13 @@
 
 namespace attnmt {
 
+// One GRU cell from its precomputed gate inputs gi = W_ih x + b_ih and gh = W_hh h + b_hh ([B, 3H], gates r, z, n):
+// r, z = sigmoid(gi + gh), n = tanh(gi_n + r gh_n), h' = (1 - z) n + z h. No autograd of its own.
+struct GruCell {
+  torch::Tensor h, rz, n;  // new state, the r and z gates [B, 2H], n [B, H]
+};
+GruCell gru_cell(const torch::Tensor& gi, const torch::Tensor& gh, const torch::Tensor& h, int64_t H);
+
 // A one-layer GRU over all T steps from its precomputed input gates gi_x = W_ih x + b_ih ([B, T, 3H]), as one
 // autograd node: h0 [B, H], w_hh [3H, H], b_hh [3H] -> states [B, T, H]. ATen's GRU backward builds a dozen
 // nodes per step and adds each step's W_hh gradient into the total; here W_hh's gradient is one product over

@@ -60,8 +60,10 @@ std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const R
     auto [y, st] = forward(x.unsqueeze(1), state);
     return {y.squeeze(1), st};
   }
-  packed_ih_.resize(static_cast<size_t>(layers_));
-  packed_hh_.resize(static_cast<size_t>(layers_));
+  if (packed_ih_.size() < static_cast<size_t>(layers_)) {
+    packed_ih_.resize(static_cast<size_t>(layers_));
+    packed_hh_.resize(static_cast<size_t>(layers_));
+  }
   const int64_t H = hidden_;
   RnnState next;
   std::vector<torch::Tensor> hs, cs;
@@ -77,10 +79,8 @@ std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const R
       const torch::Tensor c = sg.narrow(1, H, H) * state.c[l] + sg.narrow(1, 0, H) * torch::tanh(g.narrow(1, 2 * H, H));
       in = sg.narrow(1, 3 * H, H) * torch::tanh(c);
       cs.push_back(c);
-    } else {  // gates r, z, n: h' = n + z (h - n), n = tanh(gi_n + r gh_n)
-      const torch::Tensor rz = torch::sigmoid(gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H));
-      const torch::Tensor n = torch::tanh(gi.narrow(1, 2 * H, H) + rz.narrow(1, 0, H) * gh.narrow(1, 2 * H, H));
-      in = n + rz.narrow(1, H, H) * (h - n);
+    } else {
+      in = gru_cell(gi, gh, h, H).h;
     }
     hs.push_back(in);
   }
@@ -113,6 +113,21 @@ torch::Tensor RnnImpl::param(const std::string& name) const {
   return *p;
 }
 
+torch::Tensor RnnImpl::packed_gru_layer(const torch::Tensor& x, size_t which, const std::vector<torch::Tensor>& w) {
+  if (packed_ih_.size() <= which) {
+    packed_ih_.resize(which + 1);
+    packed_hh_.resize(which + 1);
+  }
+  const torch::Tensor gi = packed_ih_[which](x, w[0], w[2]);  // [B, S, 3H]: all steps in one product
+  torch::Tensor h = torch::zeros({x.size(0), hidden_}, x.options());
+  std::vector<torch::Tensor> ys;
+  for (int64_t t = 0; t < x.size(1); ++t) {
+    h = gru_cell(gi.select(1, t), packed_hh_[which](h, w[1], w[3]), h, hidden_).h;
+    ys.push_back(h);
+  }
+  return torch::stack(ys, 1);
+}
+
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
   if (lstm || !x.device().is_cpu()) return forward_packed(x, lengths);
   TORCH_CHECK(x.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == x.size(0), "Rnn::forward_lengths: x [B, S, In] and lengths [B] expected, got ",
@@ -127,18 +142,23 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor&
   auto at_last = [&](const torch::Tensor& t) { return t.gather(1, last.expand({B, 1, t.size(2)})).squeeze(1); };
   const auto params = gru->named_parameters(/*recurse=*/false);
   const torch::Tensor h0 = torch::zeros({1, B, hidden_}, x.options());
+  const int64_t dirs = bidirectional_ ? 2 : 1;
+  // While decoding, each direction's products go through packed weights (no threaded BLAS product in a search).
+  const bool decoding = !is_training() && !torch::GradMode::is_enabled() && PackedLinear::available();
   std::vector<torch::Tensor> finals;  // [B, H] per layer and direction, in h_n's order
   torch::Tensor in = x;
   for (int64_t l = 0; l < layers_; ++l) {
     std::vector<torch::Tensor> outs;
-    for (int d = 0; d < (bidirectional_ ? 2 : 1); ++d) {
+    for (int64_t d = 0; d < dirs; ++d) {
       const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
       const std::vector<torch::Tensor> w = {params["weight_ih" + sfx], params["weight_hh" + sfx], params["bias_ih" + sfx],
                                             params["bias_hh" + sfx]};
       const torch::Tensor x_dir = d ? reverse(in) : in;
-      torch::Tensor y = use_gru_sequence(x_dir) ? gru_layer(x_dir, h0[0], w[0], w[1], w[2], w[3])
-                                                : std::get<0>(at::gru(x_dir, h0, w, /*has_biases=*/true, /*num_layers=*/1, 0.0,
-                                                                      is_training(), /*bidirectional=*/false, /*batch_first=*/true));
+      torch::Tensor y;
+      if (use_gru_sequence(x_dir)) y = gru_layer(x_dir, h0[0], w[0], w[1], w[2], w[3]);
+      else if (decoding) y = packed_gru_layer(x_dir, static_cast<size_t>(l * dirs + d), w);
+      else y = std::get<0>(at::gru(x_dir, h0, w, /*has_biases=*/true, /*num_layers=*/1, 0.0, is_training(),
+                                   /*bidirectional=*/false, /*batch_first=*/true));
       finals.push_back(at_last(y));
       outs.push_back(d ? reverse(y) : y);
     }

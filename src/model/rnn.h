@@ -43,7 +43,10 @@ class RnnImpl : public torch::nn::Module {
   bool bidirectional_;
   torch::nn::GRU gru{nullptr};
   torch::nn::LSTM lstm{nullptr};
-  std::vector<PackedLinear> packed_ih_, packed_hh_;  // per layer, for step()
+  // One GRU layer and direction over x [B, S, In] while decoding: the input gates of all steps in one packed
+  // product, then per step the packed W_hh product and the cell. w: W_ih, W_hh, b_ih, b_hh; which: its packed pair.
+  torch::Tensor packed_gru_layer(const torch::Tensor& x, size_t which, const std::vector<torch::Tensor>& w);
+  std::vector<PackedLinear> packed_ih_, packed_hh_;  // per layer (and direction), for step() and packed_gru_layer()
 };
 TORCH_MODULE(Rnn);
 
