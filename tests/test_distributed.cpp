@@ -203,10 +203,12 @@ TEST(Distributed, DeadOrHungRankEndsTheOtherWithAClearError) {
     ASSERT_GT(p0, 0);
     ASSERT_GT(p1, 0);
     auto t0 = std::chrono::steady_clock::now();
-    while (read_file(log0).find("validation at step 4") == std::string::npos &&
-           std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
+    // The line is logged before the checkpoint's collective (every rank's random state): wait for last.pt too, or
+    // a kill inside that window leaves no checkpoint (rightly: the collective fails) and the check below would race.
+    auto saved = [&] { return read_file(log0).find("validation at step 4") != std::string::npos && fs::exists(run + "/last.pt"); };
+    while (!saved() && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(60))
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    ASSERT_NE(read_file(log0).find("validation at step 4"), std::string::npos) << read_file(log0) << read_file(log1);
+    ASSERT_TRUE(saved()) << read_file(log0) << read_file(log1);
     ::kill(p1, sig);
     auto killed_at = std::chrono::steady_clock::now();
     int code = wait_for(p0, std::chrono::seconds(40));
