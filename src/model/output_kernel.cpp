@@ -199,6 +199,7 @@ class ShareThreads {
   }
 
   void run_shares(int64_t n, const std::function<void(int64_t)>& share) {
+    std::lock_guard<std::mutex> one_at_a_time(busy_);  // callers on several threads take turns
     std::unique_lock<std::mutex> lk(mu_);
     while (static_cast<int64_t>(threads_.size()) < n - 1) {
       const int64_t id = static_cast<int64_t>(threads_.size()) + 1;
@@ -254,7 +255,7 @@ class ShareThreads {
     }
   }
 
-  std::mutex mu_;
+  std::mutex busy_, mu_;
   std::condition_variable wake_, done_;
   std::vector<std::thread> threads_;
   std::vector<int> pinned_;  // the core each helper is pinned to, -1 before the first pin
