@@ -65,14 +65,17 @@ std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const R
     packed_hh_.resize(static_cast<size_t>(layers_));
   }
   const int64_t H = hidden_;
+  // One look-up of the weights per step (param() builds the module's name table on every call).
+  const torch::OrderedDict<std::string, torch::Tensor> params =
+      lstm ? lstm->named_parameters(/*recurse=*/false) : gru->named_parameters(/*recurse=*/false);
   RnnState next;
   std::vector<torch::Tensor> hs, cs;
   torch::Tensor in = x;
   for (int64_t l = 0; l < layers_; ++l) {
     const std::string k = std::to_string(l);
-    const torch::Tensor gi = packed_ih_[static_cast<size_t>(l)](in, param("weight_ih_l" + k), param("bias_ih_l" + k));
+    const torch::Tensor gi = packed_ih_[static_cast<size_t>(l)](in, params["weight_ih_l" + k], params["bias_ih_l" + k]);
     const torch::Tensor h = state.h[l];
-    const torch::Tensor gh = packed_hh_[static_cast<size_t>(l)](h, param("weight_hh_l" + k), param("bias_hh_l" + k));
+    const torch::Tensor gh = packed_hh_[static_cast<size_t>(l)](h, params["weight_hh_l" + k], params["bias_hh_l" + k]);
     if (lstm) {  // gates i, f, g, o
       const torch::Tensor g = gi + gh;
       const torch::Tensor sg = torch::sigmoid(g);  // the g gate's sigmoid is not used: one op instead of three
