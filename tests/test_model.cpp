@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <set>
 
 #include "common/config.h"
@@ -258,6 +260,64 @@ TEST(OutputKernel, ArgmaxAndLogProbabilityEqualLogSoftmaxThenMax) {
   EXPECT_TRUE(torch::allclose(k.logp, ref_lp));
   EXPECT_THROW(argmax_log_softmax(torch::randn({2, 3, 4})), c10::Error);
   EXPECT_EQ(ran.size(), 3u);
+}
+
+TEST(OutputKernel, CrossEntropyRowsAndGradientEqualDoublePrecision) {
+  // The training loss's row kernels against the same formulas in double: per-row loss and log-sum-exp, and the
+  // gradient scale_i (softmax - eps / V - (1 - eps) onehot), for every lane count this CPU can run, row lengths
+  // around the lane widths and the benchmark's 8,000, label smoothing on and off, and enough rows (200) to be
+  // shared between threads. Rows that are not valid give 0 and no gradient; a NaN or infinite logit gives a
+  // non-finite loss, as ATen's would; double logits are left to ATen (false).
+  int checked = 0;
+  for (int cap : {4, 8, 16}) {
+    for (int64_t V : {1, 15, 16, 17, 64, 65, 8000}) {
+      for (double eps : {0.0, 0.1}) {
+        const int64_t n = 200;
+        torch::manual_seed(static_cast<uint64_t>(V * 10 + cap));
+        const auto x = torch::randn({n, V}) * 4;
+        const auto t = torch::randint(0, V, {n}, torch::kLong);
+        auto valid = torch::ones({n}, torch::kBool);
+        valid[3] = false;
+        valid[150] = false;
+        CrossEntropyRows rows;
+        ASSERT_TRUE(cross_entropy_rows(x, t, valid, eps, &rows, cap));
+        const auto xd = x.to(torch::kDouble);
+        const auto lse = xd.logsumexp(1);
+        const auto ref = ((1 - eps) * (lse - xd.gather(1, t.unsqueeze(1)).squeeze(1)) + eps * (lse - xd.mean(1))) *
+                         valid.to(torch::kDouble);
+        ASSERT_EQ(rows.loss.sizes(), ref.sizes());
+        ASSERT_EQ(rows.lse.sizes(), lse.sizes());
+        EXPECT_LT((rows.loss.to(torch::kDouble) - ref).abs().max().item<double>(), 2e-5 * std::max(1.0, ref.abs().max().item<double>()))
+            << "V " << V << " eps " << eps << " lanes " << cap;
+        EXPECT_LT(((rows.lse.to(torch::kDouble) - lse) * valid.to(torch::kDouble)).abs().max().item<double>(), 2e-5);
+        EXPECT_EQ(rows.loss[3].item<float>(), 0.0f);
+        const auto scale = torch::rand({n}) * valid.to(torch::kFloat);
+        torch::Tensor grad;
+        ASSERT_TRUE(cross_entropy_grad(x, t, rows.lse, scale, eps, &grad, cap));
+        const auto ref_grad = ((xd - lse.unsqueeze(1)).exp() - eps / static_cast<double>(V) -
+                               (1 - eps) * torch::one_hot(t, V).to(torch::kDouble)) *
+                              scale.to(torch::kDouble).unsqueeze(1);
+        ASSERT_EQ(grad.sizes(), ref_grad.sizes());
+        EXPECT_LT((grad.to(torch::kDouble) - ref_grad).abs().max().item<double>(), 2e-6) << "V " << V << " eps " << eps << " lanes " << cap;
+        EXPECT_EQ(grad[150].abs().sum().item<float>(), 0.0f);
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 3 * 7 * 2);
+  // Non-finite logits: NaN anywhere in a row makes its loss NaN; +inf makes it non-finite.
+  auto x = torch::randn({3, 40});
+  x[0][7] = std::numeric_limits<float>::quiet_NaN();
+  x[1][39] = std::numeric_limits<float>::infinity();
+  CrossEntropyRows rows;
+  ASSERT_TRUE(cross_entropy_rows(x, torch::zeros({3}, torch::kLong), torch::ones({3}, torch::kBool), 0.1, &rows));
+  EXPECT_TRUE(std::isnan(rows.loss[0].item<float>()));
+  EXPECT_FALSE(std::isfinite(rows.loss[1].item<float>()));
+  EXPECT_TRUE(std::isfinite(rows.loss[2].item<float>()));
+  // Double logits are ATen's; a target out of range and a wrong shape are refused.
+  EXPECT_FALSE(cross_entropy_rows(x.to(torch::kDouble), torch::zeros({3}, torch::kLong), torch::ones({3}, torch::kBool), 0.0, &rows));
+  EXPECT_THROW(cross_entropy_rows(x, torch::full({3}, 40, torch::kLong), torch::ones({3}, torch::kBool), 0.0, &rows), c10::Error);
+  EXPECT_THROW(cross_entropy_rows(x, torch::zeros({2}, torch::kLong), torch::ones({2}, torch::kBool), 0.0, &rows), c10::Error);
 }
 
 TEST(OutputKernel, PackedLinearEqualsLinear) {

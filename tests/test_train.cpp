@@ -323,6 +323,14 @@ TEST(Train, SequenceLossMatchesStockCrossEntropy) {
     EXPECT_LT((g_ours - g_ref).abs().max().item<double>(), 1e-10) << "eps " << eps;
     EXPECT_EQ(g_ours[0][4].abs().sum().item<double>(), 0.0);  // a <pad> target gets no gradient
     EXPECT_GT(g_ours[0][3].abs().sum().item<double>(), 0.0);
+    // Float logits take the row kernels (model/output_kernel.h): the same loss and gradient to float precision.
+    torch::Tensor lf = logits.detach().to(torch::kFloat).requires_grad_(true);
+    torch::Tensor ours_f = sequence_loss(lf, target, eps);
+    torch::Tensor g_f = torch::autograd::grad({ours_f * 0.5}, {lf})[0];
+    EXPECT_NEAR(ours_f.item<double>(), ref.item<double>(), 1e-4 * std::abs(ref.item<double>())) << "eps " << eps;
+    ASSERT_EQ(g_f.sizes(), g_ref.sizes());
+    EXPECT_LT((g_f.to(torch::kDouble) - 0.5 * g_ref).abs().max().item<double>(), 1e-6) << "eps " << eps;
+    EXPECT_EQ(g_f[0][4].abs().sum().item<float>(), 0.0f);
   }
 }
 

@@ -1,11 +1,13 @@
 #include "model/loss.h"
 
 #include "data/special_tokens.h"
+#include "model/output_kernel.h"
 
 namespace attnmt {
 
 namespace {
-// Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node.
+// Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node; float
+// logits on the CPU go through the row kernels of model/output_kernel.h (two passes forward, one backward).
 // Backward writes the gradient softmax(x) - (1 - eps) onehot(t) - eps / V into one [N, V] buffer; the
 // stock cross_entropy keeps log_softmax's output and builds several [N, V] gradients on the way.
 struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntropy> {
@@ -13,19 +15,27 @@ struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntr
                                const torch::Tensor& target, double eps) {
     torch::Tensor valid = target.ne(kPadId);
     torch::Tensor t = target.masked_fill(valid.logical_not(), 0);
+    ctx->saved_data["eps"] = eps;
+    CrossEntropyRows rows;
+    if (cross_entropy_rows(logits, t, valid, eps, &rows)) {  // float on the CPU: the two-pass row kernel
+      ctx->save_for_backward({logits, rows.lse, t, valid});
+      return rows.loss.sum();
+    }
     torch::Tensor lse = logits.logsumexp(1);
     torch::Tensor picked = logits.gather(1, t.unsqueeze(1)).squeeze(1);
     torch::Tensor per_row = (lse - picked) * (1.0 - eps);
     if (eps > 0) per_row = per_row + (lse - logits.mean(1)) * eps;
     ctx->save_for_backward({logits, lse, t, valid});
-    ctx->saved_data["eps"] = eps;
     return per_row.masked_fill(valid.logical_not(), 0).sum();
   }
   static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
     auto saved = ctx->get_saved_variables();
     const torch::Tensor &logits = saved[0], &lse = saved[1], &t = saved[2], &valid = saved[3];
     const double eps = ctx->saved_data["eps"].toDouble();
-    torch::Tensor grad = logits.sub(lse.unsqueeze(1)).exp_();  // softmax
+    torch::Tensor grad;
+    if (cross_entropy_grad(logits, t, lse, valid.to(logits.scalar_type()) * grads[0], eps, &grad))
+      return {grad, torch::Tensor(), torch::Tensor()};
+    grad = logits.sub(lse.unsqueeze(1)).exp_();  // softmax
     if (eps > 0) grad.sub_(eps / static_cast<double>(logits.size(1)));
     grad.scatter_add_(1, t.unsqueeze(1), torch::full({logits.size(0), 1}, eps - 1.0, grad.options()));
     grad.mul_((valid.to(grad.scalar_type()) * grads[0]).unsqueeze(1));

@@ -265,6 +265,158 @@ class ShareThreads {
   bool stop_ = false;
 };
 
+// The label-smoothed cross-entropy's rows and gradient (see output_kernel.h).
+struct CrossEntropyArgs {
+  const float* x;        // [N, V]
+  const int64_t* t;      // [N] targets, in [0, V)
+  const bool* valid;     // [N] (forward)
+  const float* lse;      // [N] (backward)
+  const float* scale;    // [N] (backward)
+  float* loss;           // [N] (forward)
+  float* lse_out;        // [N] (forward)
+  float* grad;           // [N, V] (backward)
+  int64_t V;
+  float eps;
+};
+
+// A row with a non-finite logit, in double: NaN if any logit is NaN, else +-inf where the maximum is infinite.
+double row_lse_slow(const float* x, int64_t V) {
+  double m = -std::numeric_limits<double>::infinity();
+  for (int64_t v = 0; v < V; ++v) {
+    if (std::isnan(x[v])) return std::numeric_limits<double>::quiet_NaN();
+    m = std::max(m, static_cast<double>(x[v]));
+  }
+  if (std::isinf(m)) return m;
+  double s = 0;
+  for (int64_t v = 0; v < V; ++v) s += std::exp(static_cast<double>(x[v]) - m);
+  return m + std::log(s);
+}
+
+template <int N>
+__attribute__((always_inline)) inline void cross_entropy_forward_rows(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  using F = typename Lanes<N>::type;
+  const int64_t V = a.V;
+  for (int64_t r = r0; r < r1; ++r) {
+    if (!a.valid[r]) {
+      a.loss[r] = 0;
+      a.lse_out[r] = 0;
+      continue;
+    }
+    const float* x = a.x + r * V;
+    // Pass 1: the maximum and the sum (the sum is non-finite when a logit is: such rows go the slow way).
+    float m = -std::numeric_limits<float>::infinity(), sum = 0;
+    int64_t v = 0;
+    if (V >= N) {
+      F mv, sv;
+      std::memcpy(&mv, x, sizeof mv);
+      sv = mv;
+      for (v = N; v + N <= V; v += N) {
+        F c;
+        std::memcpy(&c, x + v, sizeof c);
+        mv = c > mv ? c : mv;
+        sv += c;
+      }
+      for (int i = 0; i < N; ++i) {
+        m = std::max(m, mv[i]);
+        sum += sv[i];
+      }
+    }
+    for (; v < V; ++v) {
+      m = std::max(m, x[v]);
+      sum += x[v];
+    }
+    double lse;
+    if (!std::isfinite(sum)) {
+      lse = row_lse_slow(x, V);
+      double total = 0;
+      for (v = 0; v < V; ++v) total += x[v];
+      sum = static_cast<float>(total);
+    } else {
+      // Pass 2: the sum of exponentials, in four accumulators (less rounding over 8,000-word rows).
+      F acc[4] = {F{}, F{}, F{}, F{}};
+      for (v = 0; v + 4 * N <= V; v += 4 * N)
+        for (int j = 0; j < 4; ++j) {
+          F c;
+          std::memcpy(&c, x + v + j * N, sizeof c);
+          acc[j] += exp_nonpositive<N>(c - m);
+        }
+      for (; v + N <= V; v += N) {
+        F c;
+        std::memcpy(&c, x + v, sizeof c);
+        acc[0] += exp_nonpositive<N>(c - m);
+      }
+      const F total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      float s = 0;
+      for (int i = 0; i < N; ++i) s += total[i];
+      for (; v < V; ++v) s += std::exp(x[v] - m);
+      lse = static_cast<double>(m) + std::log(static_cast<double>(s));
+    }
+    const double picked = x[a.t[r]], mean = static_cast<double>(sum) / static_cast<double>(V), eps = a.eps;
+    a.loss[r] = static_cast<float>((1.0 - eps) * (lse - picked) + (eps > 0 ? eps * (lse - mean) : 0.0));
+    a.lse_out[r] = static_cast<float>(lse);
+  }
+}
+
+template <int N>
+__attribute__((always_inline)) inline void cross_entropy_backward_rows(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  using F = typename Lanes<N>::type;
+  const int64_t V = a.V;
+  const float smooth = a.eps / static_cast<float>(V);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* x = a.x + r * V;
+    float* g = a.grad + r * V;
+    const float scale = a.scale[r], l = a.lse[r];
+    if (scale == 0) {
+      std::memset(g, 0, sizeof(float) * static_cast<size_t>(V));
+      continue;
+    }
+    int64_t v = 0;
+    if (std::isfinite(l)) {
+      for (; v + N <= V; v += N) {
+        F c;
+        std::memcpy(&c, x + v, sizeof c);
+        const F y = (exp_nonpositive<N>(c - l) - smooth) * scale;
+        std::memcpy(g + v, &y, sizeof y);
+      }
+    }
+    for (; v < V; ++v) g[v] = (std::exp(x[v] - l) - smooth) * scale;
+    const int64_t t = a.t[r];
+    g[t] = (std::exp(x[t] - l) - smooth + (a.eps - 1.0f)) * scale;
+  }
+}
+
+#ifdef ATTNMT_X86_LANES
+__attribute__((target("avx2"))) void cross_entropy_forward_avx2(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  cross_entropy_forward_rows<8>(a, r0, r1);
+}
+__attribute__((target("avx512f"))) void cross_entropy_forward_avx512(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  cross_entropy_forward_rows<16>(a, r0, r1);
+}
+__attribute__((target("avx2"))) void cross_entropy_backward_avx2(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  cross_entropy_backward_rows<8>(a, r0, r1);
+}
+__attribute__((target("avx512f"))) void cross_entropy_backward_avx512(const CrossEntropyArgs& a, int64_t r0, int64_t r1) {
+  cross_entropy_backward_rows<16>(a, r0, r1);
+}
+#endif
+
+// Rows [0, n) in as many contiguous shares as the BLAS has threads (at least 64 rows a share).
+void share_rows(int64_t n, const std::function<void(int64_t, int64_t)>& rows) {
+  const int64_t shares = std::max<int64_t>(1, std::min<int64_t>(blas_threads(), n / 64));
+  ShareThreads::run(shares, [&](int64_t s) { rows(n * s / shares, n * (s + 1) / shares); });
+}
+
+bool cross_entropy_inputs_fit(const torch::Tensor& logits, const torch::Tensor& target) {
+  TORCH_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0) && logits.size(1) > 0,
+              "cross_entropy: logits [N, V] and target [N] expected, got ", logits.sizes(), " and ", target.sizes());
+  if (!logits.is_cpu() || logits.scalar_type() != torch::kFloat || !target.is_cpu() || target.scalar_type() != torch::kLong)
+    return false;
+  const auto t = target.accessor<int64_t, 1>();
+  for (int64_t i = 0; i < target.size(0); ++i)
+    TORCH_CHECK(t[i] >= 0 && t[i] < logits.size(1), "cross_entropy: target ", t[i], " out of range for ", logits.size(1), " classes");
+  return true;
+}
+
 #ifdef ATTNMT_X86_LANES
 __attribute__((target("avx512f"))) void packed_panels_avx512(const PackedArgs& a, int64_t j0, int64_t j1) {
   packed_panels<kPanelLanes>(a, j0, j1);
@@ -299,6 +451,52 @@ RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes) {
     argmax_rows<4>(X, V, b0, b1, ids, lp);
   });
   return out;
+}
+
+bool cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& valid, double eps,
+                        CrossEntropyRows* out, int max_lanes) {
+  TORCH_CHECK(max_lanes == 4 || max_lanes == 8 || max_lanes == 16, "cross_entropy_rows: 4, 8 or 16 lanes, got ", max_lanes);
+  if (!cross_entropy_inputs_fit(logits, target)) return false;
+  TORCH_CHECK(valid.dim() == 1 && valid.size(0) == logits.size(0) && valid.scalar_type() == torch::kBool,
+              "cross_entropy_rows: valid must be bool [N], got ", valid.sizes());
+  const torch::Tensor x = logits.contiguous(), t = target.contiguous(), ok = valid.contiguous().cpu();
+  const int64_t n = x.size(0);
+  out->loss = torch::empty({n}, x.options());
+  out->lse = torch::empty({n}, x.options());
+  CrossEntropyArgs a{x.data_ptr<float>(), t.data_ptr<int64_t>(), ok.data_ptr<bool>(), nullptr, nullptr,
+                     out->loss.data_ptr<float>(), out->lse.data_ptr<float>(), nullptr, x.size(1), static_cast<float>(eps)};
+  const int lanes = std::min(cpu_lanes(), max_lanes);
+  share_rows(n, [&](int64_t r0, int64_t r1) {
+#ifdef ATTNMT_X86_LANES
+    if (lanes == 16) return cross_entropy_forward_avx512(a, r0, r1);
+    if (lanes == 8) return cross_entropy_forward_avx2(a, r0, r1);
+#endif
+    cross_entropy_forward_rows<4>(a, r0, r1);
+  });
+  return true;
+}
+
+bool cross_entropy_grad(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& lse,
+                        const torch::Tensor& scale, double eps, torch::Tensor* grad, int max_lanes) {
+  TORCH_CHECK(max_lanes == 4 || max_lanes == 8 || max_lanes == 16, "cross_entropy_grad: 4, 8 or 16 lanes, got ", max_lanes);
+  if (!cross_entropy_inputs_fit(logits, target)) return false;
+  const int64_t n = logits.size(0);
+  TORCH_CHECK(lse.sizes() == torch::IntArrayRef({n}) && scale.sizes() == torch::IntArrayRef({n}),
+              "cross_entropy_grad: lse and scale must be [", n, "], got ", lse.sizes(), " and ", scale.sizes());
+  const torch::Tensor x = logits.contiguous(), t = target.contiguous();
+  const torch::Tensor l = lse.to(torch::kFloat).contiguous(), s = scale.to(torch::kFloat).contiguous();
+  *grad = torch::empty_like(x);
+  CrossEntropyArgs a{x.data_ptr<float>(), t.data_ptr<int64_t>(), nullptr, l.data_ptr<float>(), s.data_ptr<float>(),
+                     nullptr, nullptr, grad->data_ptr<float>(), x.size(1), static_cast<float>(eps)};
+  const int lanes = std::min(cpu_lanes(), max_lanes);
+  share_rows(n, [&](int64_t r0, int64_t r1) {
+#ifdef ATTNMT_X86_LANES
+    if (lanes == 16) return cross_entropy_backward_avx512(a, r0, r1);
+    if (lanes == 8) return cross_entropy_backward_avx2(a, r0, r1);
+#endif
+    cross_entropy_backward_rows<4>(a, r0, r1);
+  });
+  return true;
 }
 
 bool PackedLinear::available() {
