@@ -8,6 +8,7 @@
 #include "support.h"
 #include "eval/run_dir.h"
 #include "model/output_kernel.h"
+#include "train/adam_step.h"
 #include "train/trainer.h"
 
 using namespace attnmt;
@@ -302,6 +303,73 @@ TEST(Train, NanLossStopsWithClearError) {
     EXPECT_NE(m.find("NaN at step 6"), std::string::npos) << m;
     EXPECT_NE(m.find("last.pt"), std::string::npos) << m;  // validated at step 4: a good checkpoint exists
   }
+}
+
+// adam_step is LibTorch's Adam update in one pass: the same parameters and moments as torch::optim::Adam::step
+// (to float rounding: ATen fuses some multiply-adds) over several steps, with and without weight decay, on
+// parameters large enough to be shared between threads and on small ones; the state it keeps is the one
+// LibTorch's step reads (a LibTorch step after fused ones continues the same trajectory).
+TEST(Train, FusedAdamStepEqualsLibTorchAdam) {
+  for (double wd : {0.0, 0.01}) {
+    torch::manual_seed(11);
+    std::vector<torch::Tensor> a = {torch::randn({300, 700}), torch::randn({17}), torch::randn({5, 3})};
+    std::vector<torch::Tensor> b;
+    for (auto& t : a) {
+      t.requires_grad_(true);
+      b.push_back(t.detach().clone().requires_grad_(true));
+    }
+    const auto opts = torch::optim::AdamOptions(3e-3).weight_decay(wd);
+    torch::optim::Adam ours(a, opts), ref(b, opts);
+    for (int step = 1; step <= 6; ++step) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        const torch::Tensor g = torch::randn(a[i].sizes()) * static_cast<double>(i + 1);
+        a[i].mutable_grad() = g.clone();
+        b[i].mutable_grad() = g.clone();
+      }
+      if (step <= 4) adam_step(ours);
+      else ours.step();  // LibTorch's own step on the state the fused ones left
+      ref.step();
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].sizes(), b[i].sizes());
+        EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), 2e-6) << "wd " << wd << " step " << step << " param " << i;
+        EXPECT_FALSE(torch::equal(a[i], a[i].detach().clone().zero_())) << "parameters moved";
+      }
+    }
+    ASSERT_EQ(ours.state().size(), ref.state().size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto& st = static_cast<const torch::optim::AdamParamState&>(*ours.state().at(c10::guts::to_string(a[i].unsafeGetTensorImpl())));
+      const auto& rs = static_cast<const torch::optim::AdamParamState&>(*ref.state().at(c10::guts::to_string(b[i].unsafeGetTensorImpl())));
+      EXPECT_EQ(st.step(), 6);
+      EXPECT_LT((st.exp_avg() - rs.exp_avg()).abs().max().item<double>(), 1e-6);
+      EXPECT_LT((st.exp_avg_sq() - rs.exp_avg_sq()).abs().max().item<double>(), 1e-5);
+    }
+  }
+  // The update counts as an in-place change: a packed copy of the weight (decoding's) is refreshed.
+  {
+    torch::Tensor w = torch::randn({40, 8}).requires_grad_(true), x = torch::randn({3, 8});
+    torch::optim::Adam opt({w}, torch::optim::AdamOptions(1e-1));
+    PackedLinear packed;
+    torch::NoGradGuard ng;
+    const torch::Tensor before = packed(x, w, torch::Tensor());
+    w.mutable_grad() = torch::ones({40, 8});
+    adam_step(opt);
+    const torch::Tensor after = packed(x, w, torch::Tensor());
+    ASSERT_EQ(after.sizes(), before.sizes());
+    EXPECT_LT((after - torch::mm(x, w.t())).abs().max().item<double>(), 1e-4);
+    EXPECT_GT((after - before).abs().max().item<double>(), 0.1);
+  }
+  // A parameter without a gradient is left alone, as LibTorch's step does; double parameters take its step.
+  torch::Tensor p = torch::randn({4}).requires_grad_(true), q = torch::randn({4}, torch::kDouble).requires_grad_(true);
+  const torch::Tensor p0 = p.detach().clone();
+  torch::optim::Adam none({p}, torch::optim::AdamOptions(1e-2));
+  adam_step(none);
+  EXPECT_TRUE(torch::equal(p.detach(), p0));
+  EXPECT_TRUE(none.state().empty());
+  torch::optim::Adam dbl({q}, torch::optim::AdamOptions(1e-2));
+  q.mutable_grad() = torch::ones({4}, torch::kDouble);
+  const torch::Tensor q0 = q.detach().clone();
+  adam_step(dbl);
+  EXPECT_LT((q.detach() - (q0 - 1e-2)).abs().max().item<double>(), 1e-9);  // first Adam step: lr * sign(g)
 }
 
 TEST(Train, SequenceLossMatchesStockCrossEntropy) {

@@ -2,19 +2,15 @@
 
 #include "model/lanes.h"
 
-#include <pthread.h>
-#include <sched.h>
 
 #include <cmath>
-#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <limits>
-#include <mutex>
-#include <thread>
 #include <vector>
 
 #include "common/runtime.h"
+#include "common/share_threads.h"
 
 namespace attnmt {
 
@@ -175,95 +171,6 @@ __attribute__((always_inline)) inline void packed_panels(const PackedArgs& a, in
 }
 
 
-// Helper threads for the packed product's shares, each pinned, while it works, to a core other than the
-// caller's. Left to itself the scheduler often woke a helper on the caller's own core (OpenBLAS's idle thread
-// spins on the other one, so that core looks busy): the two halves then shared one core and the product took
-// longer than the BLAS's. Idle helpers sleep on a condition variable.
-class ShareThreads {
- public:
-  // Runs share(0) on the caller and share(1) .. share(n - 1) on helpers; returns when all are done.
-  static void run(int64_t n, const std::function<void(int64_t)>& share) {
-    if (n <= 1) return share(0);
-    static ShareThreads pool;
-    pool.run_shares(n, share);
-  }
-
- private:
-  ~ShareThreads() {
-    {
-      std::lock_guard<std::mutex> lk(mu_);
-      stop_ = true;
-    }
-    wake_.notify_all();
-    for (auto& t : threads_) t.join();
-  }
-
-  void run_shares(int64_t n, const std::function<void(int64_t)>& share) {
-    std::lock_guard<std::mutex> one_at_a_time(busy_);  // callers on several threads take turns
-    std::unique_lock<std::mutex> lk(mu_);
-    while (static_cast<int64_t>(threads_.size()) < n - 1) {
-      const int64_t id = static_cast<int64_t>(threads_.size()) + 1;
-      threads_.emplace_back([this, id] { loop(id); });
-      pinned_.push_back(-1);
-    }
-    pin_away_from_caller(n);
-    share_ = &share;
-    shares_ = n;
-    pending_ = n - 1;
-    ++generation_;
-    lk.unlock();
-    wake_.notify_all();
-    share(0);
-    lk.lock();
-    done_.wait(lk, [&] { return pending_ == 0; });
-    share_ = nullptr;
-  }
-
-  // Helper i (1-based) onto the i-th allowed core that is not the caller's, when there is one.
-  void pin_away_from_caller(int64_t n) {
-    cpu_set_t allowed;
-    CPU_ZERO(&allowed);
-    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
-    const int here = sched_getcpu();
-    std::vector<int> others;
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &allowed) && c != here) others.push_back(c);
-    if (others.empty()) return;
-    for (int64_t i = 1; i < n; ++i) {
-      const int cpu = others[static_cast<size_t>(i - 1) % others.size()];
-      if (pinned_[static_cast<size_t>(i - 1)] == cpu) continue;
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      if (pthread_setaffinity_np(threads_[static_cast<size_t>(i - 1)].native_handle(), sizeof one, &one) == 0)
-        pinned_[static_cast<size_t>(i - 1)] = cpu;
-    }
-  }
-
-  void loop(int64_t id) {
-    uint64_t seen = 0;
-    std::unique_lock<std::mutex> lk(mu_);
-    for (;;) {
-      wake_.wait(lk, [&] { return stop_ || (generation_ != seen && id < shares_); });
-      if (stop_) return;
-      seen = generation_;
-      const std::function<void(int64_t)>* share = share_;
-      lk.unlock();
-      (*share)(id);
-      lk.lock();
-      if (--pending_ == 0) done_.notify_one();
-    }
-  }
-
-  std::mutex busy_, mu_;
-  std::condition_variable wake_, done_;
-  std::vector<std::thread> threads_;
-  std::vector<int> pinned_;  // the core each helper is pinned to, -1 before the first pin
-  const std::function<void(int64_t)>* share_ = nullptr;
-  int64_t shares_ = 0, pending_ = 0;
-  uint64_t generation_ = 0;
-  bool stop_ = false;
-};
 
 // The label-smoothed cross-entropy's rows and gradient (see output_kernel.h).
 struct CrossEntropyArgs {
@@ -400,12 +307,6 @@ __attribute__((target("avx512f"))) void cross_entropy_backward_avx512(const Cros
 }
 #endif
 
-// Rows [0, n) in as many contiguous shares as the BLAS has threads (at least 64 rows a share).
-void share_rows(int64_t n, const std::function<void(int64_t, int64_t)>& rows) {
-  const int64_t shares = std::max<int64_t>(1, std::min<int64_t>(blas_threads(), n / 64));
-  ShareThreads::run(shares, [&](int64_t s) { rows(n * s / shares, n * (s + 1) / shares); });
-}
-
 bool cross_entropy_inputs_fit(const torch::Tensor& logits, const torch::Tensor& target) {
   TORCH_CHECK(logits.dim() == 2 && target.dim() == 1 && target.size(0) == logits.size(0) && logits.size(1) > 0,
               "cross_entropy: logits [N, V] and target [N] expected, got ", logits.sizes(), " and ", target.sizes());
@@ -466,7 +367,7 @@ bool cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& target
   CrossEntropyArgs a{x.data_ptr<float>(), t.data_ptr<int64_t>(), ok.data_ptr<bool>(), nullptr, nullptr,
                      out->loss.data_ptr<float>(), out->lse.data_ptr<float>(), nullptr, x.size(1), static_cast<float>(eps)};
   const int lanes = std::min(cpu_lanes(), max_lanes);
-  share_rows(n, [&](int64_t r0, int64_t r1) {
+  share_rows(n, 64, [&](int64_t r0, int64_t r1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return cross_entropy_forward_avx512(a, r0, r1);
     if (lanes == 8) return cross_entropy_forward_avx2(a, r0, r1);
@@ -489,7 +390,7 @@ bool cross_entropy_grad(const torch::Tensor& logits, const torch::Tensor& target
   CrossEntropyArgs a{x.data_ptr<float>(), t.data_ptr<int64_t>(), nullptr, l.data_ptr<float>(), s.data_ptr<float>(),
                      nullptr, nullptr, grad->data_ptr<float>(), x.size(1), static_cast<float>(eps)};
   const int lanes = std::min(cpu_lanes(), max_lanes);
-  share_rows(n, [&](int64_t r0, int64_t r1) {
+  share_rows(n, 64, [&](int64_t r0, int64_t r1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return cross_entropy_backward_avx512(a, r0, r1);
     if (lanes == 8) return cross_entropy_backward_avx2(a, r0, r1);
@@ -554,7 +455,7 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
   // The columns in as many contiguous shares as threads, the caller's thread taking the first.
   const int64_t P = panels_.size(0);
   const int64_t n = std::min<int64_t>(P, threads > 0 ? threads : blas_threads());
-  ShareThreads::run(n, [&a, n, P](int64_t t) { packed_panels_avx512(a, P * t / n, P * (t + 1) / n); });
+  run_shares(n, [&a, n, P](int64_t t) { packed_panels_avx512(a, P * t / n, P * (t + 1) / n); });
   return y.view(out_shape);
 #else
   return torch::nn::functional::linear(x, weight, bias);

@@ -26,6 +26,7 @@
 #include "eval/run_dir.h"
 #include "eval/search.h"
 #include "train/distributed.h"
+#include "train/adam_step.h"
 #include "train/snapshots.h"
 #include "viz/charts.h"
 
@@ -286,7 +287,7 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
   if (!std::isfinite(lv))
     throw NonFiniteLoss("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " + std::to_string(st_.step + 1));
   if (cfg_.clip_norm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_norm);
-  optim_.step();
+  adam_step(optim_);  // LibTorch's Adam update in one pass per parameter
   ++st_.step;
   time_up_ = time_up;
   r.loss_sum = lv;

@@ -1,0 +1,129 @@
+#include "train/adam_step.h"
+
+#include <cmath>
+#include <cstring>
+
+#ifdef __x86_64__
+#include <immintrin.h>
+#endif
+
+#include "common/share_threads.h"
+#include "model/lanes.h"
+
+namespace attnmt {
+
+namespace {
+// The per-element update, in LibTorch's order of operations: m = m b1 + (1 - b1) g; v = v b2 + (1 - b2) g g;
+// p = p - step (m / (sqrt(v) / sqrt(bc2) + eps)), with g = grad + wd p where weight decay is set.
+struct AdamArgs {
+  float* p;
+  const float* g;
+  float* m;
+  float* v;
+  float b1, one_minus_b1, b2, one_minus_b2, sqrt_bc2, eps, neg_step, wd;
+};
+
+template <bool kDecay>
+__attribute__((always_inline)) inline float adam_element(const AdamArgs& a, float p, float g, float& m, float& v) {
+  const float gi = kDecay ? g + a.wd * p : g;
+  m = m * a.b1 + a.one_minus_b1 * gi;
+  v = v * a.b2 + a.one_minus_b2 * gi * gi;
+  return p + a.neg_step * (m / (std::sqrt(v) / a.sqrt_bc2 + a.eps));
+}
+
+// N lanes at a time, then the scalar tail. sqrt comes from the instruction set (vsqrtps): GCC does not vectorize
+// std::sqrt, which may set errno.
+template <int N, bool kDecay, class Sqrt>
+__attribute__((always_inline)) inline void adam_lanes(const AdamArgs& a, int64_t i0, int64_t i1, Sqrt lane_sqrt) {
+  using F = typename Lanes<N>::type;
+  int64_t i = i0;
+  for (; i + N <= i1; i += N) {
+    F p, g, m, v;
+    std::memcpy(&p, a.p + i, sizeof p);
+    std::memcpy(&g, a.g + i, sizeof g);
+    std::memcpy(&m, a.m + i, sizeof m);
+    std::memcpy(&v, a.v + i, sizeof v);
+    const F gi = kDecay ? g + a.wd * p : g;
+    m = m * a.b1 + a.one_minus_b1 * gi;
+    v = v * a.b2 + a.one_minus_b2 * gi * gi;
+    p = p + a.neg_step * (m / (lane_sqrt(v) / a.sqrt_bc2 + a.eps));
+    std::memcpy(a.p + i, &p, sizeof p);
+    std::memcpy(a.m + i, &m, sizeof m);
+    std::memcpy(a.v + i, &v, sizeof v);
+  }
+  for (; i < i1; ++i) a.p[i] = adam_element<kDecay>(a, a.p[i], a.g[i], a.m[i], a.v[i]);
+}
+
+void adam_span_plain(const AdamArgs& a, int64_t i0, int64_t i1) {
+  for (int64_t i = i0; i < i1; ++i)
+    a.p[i] = a.wd != 0 ? adam_element<true>(a, a.p[i], a.g[i], a.m[i], a.v[i]) : adam_element<false>(a, a.p[i], a.g[i], a.m[i], a.v[i]);
+}
+#ifdef ATTNMT_X86_LANES
+__attribute__((target("avx2"))) void adam_span_avx2(const AdamArgs& a, int64_t i0, int64_t i1) {
+  auto lane_sqrt = [](Lanes<8>::type x) __attribute__((target("avx2"))) { return Lanes<8>::type(_mm256_sqrt_ps(x)); };
+  if (a.wd != 0) return adam_lanes<8, true>(a, i0, i1, lane_sqrt);
+  adam_lanes<8, false>(a, i0, i1, lane_sqrt);
+}
+__attribute__((target("avx512f"))) void adam_span_avx512(const AdamArgs& a, int64_t i0, int64_t i1) {
+  auto lane_sqrt = [](Lanes<16>::type x) __attribute__((target("avx512f"))) { return Lanes<16>::type(_mm512_maskz_sqrt_ps(0xFFFF, x)); };
+  if (a.wd != 0) return adam_lanes<16, true>(a, i0, i1, lane_sqrt);
+  adam_lanes<16, false>(a, i0, i1, lane_sqrt);
+}
+#endif
+
+bool fits(const torch::Tensor& t) { return t.defined() && t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && !t.is_sparse(); }
+}  // namespace
+
+void adam_step(torch::optim::Adam& optim) {
+  for (const auto& group : optim.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    if (o.amsgrad()) return static_cast<void>(optim.step());
+    for (const auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (!fits(p) || !fits(p.grad())) return static_cast<void>(optim.step());
+      auto it = optim.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      if (it != optim.state().end()) {
+        const auto& st = static_cast<const torch::optim::AdamParamState&>(*it->second);
+        if (!fits(st.exp_avg()) || !fits(st.exp_avg_sq())) return static_cast<void>(optim.step());
+      }
+    }
+  }
+  torch::NoGradGuard no_grad;
+  const int lanes = cpu_lanes();
+  for (auto& group : optim.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      auto it = optim.state().find(key);
+      if (it == optim.state().end()) {  // the state LibTorch's step would create
+        auto st = std::make_unique<torch::optim::AdamParamState>();
+        st->step(0);
+        st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        it = optim.state().emplace(key, std::move(st)).first;
+      }
+      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
+      st.step(st.step() + 1);
+      const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
+      const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
+      const AdamArgs a{p.data_ptr<float>(), p.grad().data_ptr<float>(), st.exp_avg().data_ptr<float>(),
+                       st.exp_avg_sq().data_ptr<float>(), static_cast<float>(beta1), static_cast<float>(1 - beta1),
+                       static_cast<float>(beta2), static_cast<float>(1 - beta2), static_cast<float>(std::sqrt(bc2)),
+                       static_cast<float>(o.eps()), static_cast<float>(-(o.lr() / bc1)), static_cast<float>(o.weight_decay())};
+      share_rows(p.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
+#ifdef ATTNMT_X86_LANES
+        if (lanes == 16) return adam_span_avx512(a, i0, i1);
+        if (lanes == 8) return adam_span_avx2(a, i0, i1);
+#endif
+        adam_span_plain(a, i0, i1);
+      });
+      // Written through raw pointers: bump the version counters as an in-place op would (packed copies of the
+      // weights, model/output_kernel.h, are refreshed by them).
+      for (const torch::Tensor* t : {&p, &st.exp_avg(), &st.exp_avg_sq()}) t->unsafeGetTensorImpl()->bump_version();
+    }
+  }
+}
+
+}  // namespace attnmt
