@@ -572,6 +572,35 @@ TEST(Model, FastPathsGiveTheStepwiseGradients) {
   EXPECT_EQ(checked, 8);
 }
 
+// The same in float for the fused Bahdanau recurrence, whose per-step products run on packed weights there
+// (model/output_kernel.h, where the CPU has AVX-512): every parameter's gradient equals the step-by-step
+// path's (ATen's products) to float rounding.
+TEST(Model, FusedRecurrenceInFloatGivesTheStepwiseGradients) {
+  TinyBatch b = tiny_batch();
+  torch::manual_seed(0);
+  ModelConfig m = tiny_model("bahdanau");
+  m.hidden_dim = 40;  // the packed products' panels of 32 columns: one whole, one partial
+  Seq2Seq model(m, 20, 20);
+  ASSERT_EQ(model->decoder->path_for(torch::Device(torch::kCPU), 1.0, false), DecoderPath::kFusedRecurrence);
+  torch::manual_seed(1);
+  const torch::Tensor r = torch::randn({3, 4, 20});
+  auto grads = [&](bool stepwise) {
+    model->zero_grad();
+    auto out = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, stepwise);
+    (out.logits * r).sum().backward();
+    std::vector<torch::Tensor> g = {out.logits.detach()};
+    for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+    return g;
+  };
+  const auto fast = grads(false), slow = grads(true);
+  ASSERT_EQ(fast.size(), slow.size());
+  ASSERT_EQ(fast.size(), model->parameters().size() + 1);
+  for (size_t i = 0; i < fast.size(); ++i) {
+    const double scale = std::max(1e-3, slow[i].abs().max().item<double>());
+    EXPECT_LT((fast[i] - slow[i]).abs().max().item<double>() / scale, 1e-4) << "item " << i;
+  }
+}
+
 TEST(Model, EveryAttentionTypeOverfitsEightPairs) {
   torch::manual_seed(5);
   const int64_t B = 8, S = 6, T = 6, V = 16;

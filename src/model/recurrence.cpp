@@ -1,6 +1,7 @@
 #include "model/recurrence.h"
 
 #include "model/attention.h"
+#include "model/output_kernel.h"
 
 namespace attnmt {
 
@@ -67,15 +68,17 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     const Tensor b_hq = torch::cat({b_hh, torch::zeros({A}, b_hh.options())});  // the query has no bias
     const Tensor gi_steps = gi_x.transpose(0, 1);                             // [T, B, 3H]
     const Tensor blocked = mask.logical_not();
+    // The per-step products have B rows each: their weights are packed once for all T steps (model/output_kernel.h).
+    PackedLinear hq_product, ctx_product;
     std::vector<Tensor> hs = {h0}, rz, n, ghn, tanh, alpha, ctxs;
     for (int64_t t = 0; t < T; ++t) {
       const Tensor& h = hs.back();
-      const Tensor hq = torch::addmm(b_hq, h, w_hq.t());  // [B, 3H + A]: W_hh s + b_hh, and the query W_q s
+      const Tensor hq = hq_product(h, w_hq, b_hq);  // [B, 3H + A]: W_hh s + b_hh, and the query W_q s
       Tensor e;
       const Tensor scores = additive_scores_forward(hq.narrow(1, 3 * H, A).unsqueeze(1), keys, v, keep ? &e : nullptr).squeeze(1);
       const Tensor a = torch::softmax(scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()), 1);
       const Tensor c = torch::bmm(a.unsqueeze(1), values).squeeze(1);   // [B, C]
-      const Tensor gi = torch::addmm(gi_steps[t], c, w_ctx.t());        // [B, 3H]
+      const Tensor gi = ctx_product(c, w_ctx, Tensor()).add_(gi_steps[t]);  // [B, 3H]
       GruCell cell = gru_cell(gi, hq, h, H);
       hs.push_back(cell.h);
       rz.push_back(cell.rz);
@@ -109,18 +112,21 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     Tensor d_ctx = torch::empty({T, B, values.size(2)}, h_all.options());  // gradients of c_t, per step
     Tensor g_keys = torch::zeros_like(keys).contiguous(), g_v = torch::zeros_like(v);
     Tensor dh = torch::zeros({B, H}, h_all.options());
+    // The products with w_ctx and w_hq themselves (not transposed): their transposes packed once for all T steps.
+    const Tensor w_ctx_t = w_ctx.t(), w_hq_t = w_hq.t();
+    PackedLinear dc_product, dh_product;
     for (int64_t t = T - 1; t >= 0; --t) {
       Tensor dgi = d_gi[t], dhq = d_hq[t];
       const Tensor direct = gru_cell_backward(dh + dy[t], h_all[t], rz[t], n[t], ghn[t], dgi, dhq.narrow(1, 0, G), H);
       // c_t = sum_j a_tj v_j, and c_t enters the gates through w_ctx and the readout (dc_out)
-      const Tensor dc = torch::addmm(dc_out[t], dgi, w_ctx);  // [B, C]
+      const Tensor dc = dc_product(dgi, w_ctx_t, Tensor()).add_(dc_out[t]);  // [B, C]
       const Tensor a = a_all[t];                                // [B, S]
       const Tensor da = torch::bmm(values, dc.unsqueeze(2)).squeeze(2);  // [B, S]
       d_ctx[t].copy_(dc);  // the value gradient sum_t a_t^T dc_t is one product after the loop
       const Tensor d_scores = a * (da - (a * da).sum(1, true));  // softmax backward; 0 where masked
       const Tensor dq = additive_scores_backward(s[11 + static_cast<size_t>(t)], v, d_scores.unsqueeze(1), g_keys, g_v);
       dhq.narrow(1, G, A).copy_(dq.squeeze(1));
-      dh = torch::addmm(direct, dhq, w_hq);  // to s_{t-1}: directly, through the gates and through the query
+      dh = dh_product(dhq, w_hq_t, Tensor()).add_(direct);  // to s_{t-1}: directly, through the gates and the query
     }
     // Weight gradients: one product over all T x B rows each.
     const Tensor d_w_hq = torch::mm(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
