@@ -30,9 +30,10 @@ struct GruSequence : public torch::autograd::Function<GruSequence> {
   static Tensor forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
     const int64_t T = gi_x.size(1), H = h0.size(1);
     const Tensor gi_steps = gi_x.transpose(0, 1);  // [T, B, 3H]
+    PackedLinear hh_product;  // B rows per step: W_hh packed once for all T steps (model/output_kernel.h)
     std::vector<Tensor> hs = {h0}, rz, n, ghn;
     for (int64_t t = 0; t < T; ++t) {
-      const Tensor gh = torch::addmm(b_hh, hs.back(), w_hh.t());
+      const Tensor gh = hh_product(hs.back(), w_hh, b_hh);
       GruCell c = gru_cell(gi_steps[t], gh, hs.back(), H);
       hs.push_back(c.h);
       rz.push_back(c.rz);
@@ -50,9 +51,11 @@ struct GruSequence : public torch::autograd::Function<GruSequence> {
     const Tensor dy = grads[0].transpose(0, 1);  // [T, B, H]
     Tensor d_gi = torch::empty({T, B, G}, h_all.options()), d_gh = torch::empty({T, B, G}, h_all.options());
     Tensor dh = torch::zeros({B, H}, h_all.options());
+    const Tensor w_hh_t = w_hh.t();  // the product with W_hh itself: its transpose packed once
+    PackedLinear hh_product;
     for (int64_t t = T - 1; t >= 0; --t) {
       const Tensor direct = gru_cell_backward(dh + dy[t], h_all[t], rz[t], n[t], ghn[t], d_gi[t], d_gh[t], H);
-      dh = torch::addmm(direct, d_gh[t], w_hh);
+      dh = hh_product(d_gh[t], w_hh_t, Tensor()).add_(direct);
     }
     const Tensor d_w_hh = torch::mm(d_gh.view({T * B, G}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
     return {d_gi.transpose(0, 1), dh, d_w_hh, d_gh.sum(torch::IntArrayRef{0, 1})};
