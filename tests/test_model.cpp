@@ -225,6 +225,36 @@ TEST(Attention, FusedAdditiveScoresInFloat) {
   std::printf("[ lanes    ] additive kernel checked with %zu lane count(s), widest %d\n", ran.size(), *ran.rbegin());
 }
 
+// The context and its backward for one query per sentence (the fused recurrence's per-step products, and
+// decoding's): weighted_values and value_dots equal bmm in double to float rounding, for every lane count this
+// CPU can run, widths around the lane counts, and enough sentences to be shared between threads; other dtypes
+// go through bmm itself.
+TEST(Attention, ValueRowKernelsEqualBmm) {
+  int checked = 0;
+  for (int cap : {4, 8, 16}) {
+    const int lanes = set_additive_lanes(cap);
+    for (int64_t C : {1, 7, 16, 17, 33, 512}) {
+      torch::manual_seed(static_cast<uint64_t>(C));
+      const int64_t B = 40, S = 9;
+      const auto a = torch::softmax(torch::randn({B, S}), 1), v = torch::randn({B, S, C}), d = torch::randn({B, C});
+      const auto ctx = weighted_values(a, v), dots = value_dots(v, d);
+      const auto ref_ctx = torch::bmm(a.to(torch::kDouble).unsqueeze(1), v.to(torch::kDouble)).squeeze(1);
+      const auto ref_dots = torch::bmm(v.to(torch::kDouble), d.to(torch::kDouble).unsqueeze(2)).squeeze(2);
+      ASSERT_EQ(ctx.sizes(), ref_ctx.sizes());
+      ASSERT_EQ(dots.sizes(), ref_dots.sizes());
+      EXPECT_LT((ctx.to(torch::kDouble) - ref_ctx).abs().max().item<double>(), 1e-5) << "C " << C << " lanes " << lanes;
+      EXPECT_LT((dots.to(torch::kDouble) - ref_dots).abs().max().item<double>(), 1e-5 * std::sqrt(static_cast<double>(C)))
+          << "C " << C << " lanes " << lanes;
+      ++checked;
+    }
+  }
+  set_additive_lanes(16);
+  EXPECT_EQ(checked, 18);
+  const auto a = torch::rand({3, 4}, torch::kDouble), v = torch::randn({3, 4, 5}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(weighted_values(a, v), torch::bmm(a.unsqueeze(1), v).squeeze(1)));
+  EXPECT_THROW(value_dots(v, torch::randn({3, 4}, torch::kDouble)), c10::Error);
+}
+
 TEST(OutputKernel, ArgmaxAndLogProbabilityEqualLogSoftmaxThenMax) {
   // Greedy search's pick: the index and log-probability that log_softmax(x).max(-1) gives (computed in
   // double), for every lane count this CPU can run, row lengths around the lane widths and the benchmark's

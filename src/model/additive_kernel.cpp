@@ -1,5 +1,6 @@
 #include "model/additive_kernel.h"
 
+#include "common/share_threads.h"
 #include "model/lanes.h"
 
 #include <algorithm>
@@ -91,12 +92,81 @@ int additive_lanes_now() { return std::min(cpu_lanes(), max_lanes_cap.load()); }
 
 void additive_forward_float(const AdditiveArgs& x, int64_t B) {
   const int lanes = additive_lanes_now();
-  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+  share_rows(B, 8, [&](int64_t b0, int64_t b1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return additive_rows_avx512(x, b0, b1);
     if (lanes == 8) return additive_rows_avx2(x, b0, b1);
 #endif
     additive_rows<4>(x, b0, b1);
+  });
+}
+
+// The context sum_s a[b, s] v[b, s, :] and the dots v[b, s, :] . d[b, :] for sentences b0 .. b1 - 1.
+struct ValueArgs {
+  const float* a;  // [B, S] weights (weighted_values) or null
+  const float* v;  // [B, S, C]
+  const float* d;  // [B, C] (value_dots) or null
+  float* out;      // [B, C] or [B, S]
+  int64_t S, C;
+};
+
+template <int N>
+__attribute__((always_inline)) inline void value_rows(const ValueArgs& x, int64_t b0, int64_t b1) {
+  using F = typename Lanes<N>::type;
+  const int64_t S = x.S, C = x.C;
+  for (int64_t b = b0; b < b1; ++b) {
+    const float* vb = x.v + b * S * C;
+    if (x.a) {  // out[b, :] = sum_s a[b, s] v[b, s, :], s in order
+      float* o = x.out + b * C;
+      int64_t c = 0;
+      for (; c + N <= C; c += N) {
+        F acc = F{};
+        for (int64_t s = 0; s < S; ++s) {
+          F vv;
+          std::memcpy(&vv, vb + s * C + c, sizeof vv);
+          acc += x.a[b * S + s] * vv;
+        }
+        std::memcpy(o + c, &acc, sizeof acc);
+      }
+      for (; c < C; ++c) {
+        float acc = 0;
+        for (int64_t s = 0; s < S; ++s) acc += x.a[b * S + s] * vb[s * C + c];
+        o[c] = acc;
+      }
+    } else {  // out[b, s] = v[b, s, :] . d[b, :]
+      const float* d = x.d + b * C;
+      for (int64_t s = 0; s < S; ++s) {
+        const float* vs = vb + s * C;
+        F acc = F{};
+        int64_t c = 0;
+        for (; c + N <= C; c += N) {
+          F vv, dd;
+          std::memcpy(&vv, vs + c, sizeof vv);
+          std::memcpy(&dd, d + c, sizeof dd);
+          acc += vv * dd;
+        }
+        float sum = 0;
+        for (int i = 0; i < N; ++i) sum += acc[i];
+        for (; c < C; ++c) sum += vs[c] * d[c];
+        x.out[b * S + s] = sum;
+      }
+    }
+  }
+}
+
+#ifdef ATTNMT_X86_LANES
+__attribute__((target("avx2"))) void value_rows_avx2(const ValueArgs& x, int64_t b0, int64_t b1) { value_rows<8>(x, b0, b1); }
+__attribute__((target("avx512f"))) void value_rows_avx512(const ValueArgs& x, int64_t b0, int64_t b1) { value_rows<16>(x, b0, b1); }
+#endif
+
+void value_pass(const ValueArgs& x, int64_t B) {
+  const int lanes = additive_lanes_now();
+  share_rows(B, 8, [&](int64_t b0, int64_t b1) {
+#ifdef ATTNMT_X86_LANES
+    if (lanes == 16) return value_rows_avx512(x, b0, b1);
+    if (lanes == 8) return value_rows_avx2(x, b0, b1);
+#endif
+    value_rows<4>(x, b0, b1);
   });
 }
 
@@ -151,7 +221,7 @@ torch::Tensor additive_scores_backward(const torch::Tensor& e, const torch::Tens
     scalar_t* GQ = g_wq.data_ptr<scalar_t>();
     scalar_t* GK = g_keys.data_ptr<scalar_t>();
     scalar_t* GV = g_v_rows.data_ptr<scalar_t>();
-    at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+    share_rows(B, 8, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b)
         for (int64_t t = 0; t < T; ++t) {
           scalar_t* __restrict__ gq = GQ + (b * T + t) * A;
@@ -174,6 +244,28 @@ torch::Tensor additive_scores_backward(const torch::Tensor& e, const torch::Tens
   });
   g_v.add_(g_v_rows.sum(0));
   return g_wq;
+}
+
+torch::Tensor weighted_values(const torch::Tensor& a, const torch::Tensor& values) {
+  TORCH_CHECK(a.dim() == 2 && values.dim() == 3 && a.size(0) == values.size(0) && a.size(1) == values.size(1),
+              "weighted_values: a [B, S] and values [B, S, C] expected, got ", a.sizes(), " and ", values.sizes());
+  if (!float_cpu(a, values, values)) return torch::bmm(a.unsqueeze(1), values).squeeze(1);
+  const torch::Tensor ac = a.contiguous(), vc = values.contiguous();
+  const int64_t B = vc.size(0), S = vc.size(1), C = vc.size(2);
+  torch::Tensor out = torch::empty({B, C}, vc.options());
+  value_pass({ac.data_ptr<float>(), vc.data_ptr<float>(), nullptr, out.data_ptr<float>(), S, C}, B);
+  return out;
+}
+
+torch::Tensor value_dots(const torch::Tensor& values, const torch::Tensor& dc) {
+  TORCH_CHECK(dc.dim() == 2 && values.dim() == 3 && dc.size(0) == values.size(0) && dc.size(1) == values.size(2),
+              "value_dots: values [B, S, C] and dc [B, C] expected, got ", values.sizes(), " and ", dc.sizes());
+  if (!float_cpu(dc, values, values)) return torch::bmm(values, dc.unsqueeze(2)).squeeze(2);
+  const torch::Tensor dcc = dc.contiguous(), vc = values.contiguous();
+  const int64_t B = vc.size(0), S = vc.size(1), C = vc.size(2);
+  torch::Tensor out = torch::empty({B, S}, vc.options());
+  value_pass({nullptr, vc.data_ptr<float>(), dcc.data_ptr<float>(), out.data_ptr<float>(), S, C}, B);
+  return out;
 }
 
 }  // namespace attnmt

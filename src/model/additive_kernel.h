@@ -15,6 +15,13 @@ torch::Tensor additive_scores_forward(const torch::Tensor& wq, const torch::Tens
 torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::Tensor& v, const torch::Tensor& grad_scores,
                                        torch::Tensor& g_keys, torch::Tensor& g_v);
 
+// The context and its backward for one query per sentence, as the fused recurrence needs them per step: a [B, S]
+// attention weights, values [B, S, C] -> sum_s a[b, s] values[b, s, :] ([B, C]), and values, dc [B, C] ->
+// values[b, s, :] . dc[b, :] ([B, S]). Float CPU tensors in 16/8/4 lanes with the sentences shared between
+// threads (ATen's bmm hands the BLAS one tiny product per sentence); anything else through bmm.
+torch::Tensor weighted_values(const torch::Tensor& a, const torch::Tensor& values);
+torch::Tensor value_dots(const torch::Tensor& values, const torch::Tensor& dc);
+
 // The float forward runs 16 (AVX-512) or 8 (AVX2) lanes where the CPU has them, else 4. Caps the lane count
 // (4, 8 or 16; for tests and benchmarks) and returns the count now in use.
 int set_additive_lanes(int max_lanes);

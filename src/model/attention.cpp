@@ -48,6 +48,14 @@ struct AdditiveScores : public torch::autograd::Function<AdditiveScores> {
     return {g_wq, g_keys, g_v};
   }
 };
+// One query per sentence and no gradient wanted (a decoder step while searching): the row kernels of
+// model/additive_kernel.h take the place of bmm's B tiny products.
+bool one_query_without_grad(const torch::Tensor& query) { return query.size(1) == 1 && !torch::GradMode::is_enabled(); }
+// sum_s w[b, t, s] values[b, s, :]  [B, T, C]
+torch::Tensor context(const torch::Tensor& w, const torch::Tensor& values) {
+  if (one_query_without_grad(w)) return weighted_values(w.squeeze(1), values).unsqueeze(1);
+  return torch::bmm(w, values);
+}
 void check_query(const torch::Tensor& query, const AttentionMemory& mem, int64_t dim, const char* who) {
   TORCH_CHECK(query.dim() == 3, who, ": query must be [B, T, Q], got ", query.sizes());
   TORCH_CHECK(query.size(0) == mem.mask.size(0), who, ": batch ", query.size(0), " vs memory ", mem.mask.size(0));
@@ -85,7 +93,7 @@ AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const Atte
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
   torch::Tensor scores = additive_scores(decoding_linear(*this, w_query, packed_query_, query), mem.keys, v->weight.view({-1}));  // [B, T, S]
   torch::Tensor w = masked_softmax(scores, mem.mask);
-  return {torch::bmm(w, mem.values), w, torch::Tensor()};                        // [B, T, H_enc]
+  return {context(w, mem.values), w, torch::Tensor()};  // [B, T, H_enc]
 }
 
 MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general) : key_dim_(key_dim) {
@@ -103,9 +111,11 @@ AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, mem.keys.size(2), "MultiplicativeAttention");
-  torch::Tensor scores = torch::bmm(query, mem.keys.transpose(1, 2));  // [B, T, S]
+  // [B, T, S]; one query per sentence while decoding: the row kernel instead of B tiny BLAS products
+  torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
+                                                        : torch::bmm(query, mem.keys.transpose(1, 2));
   torch::Tensor wts = masked_softmax(scores, mem.mask);
-  return {torch::bmm(wts, mem.values), wts, torch::Tensor()};
+  return {context(wts, mem.values), wts, torch::Tensor()};
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads)

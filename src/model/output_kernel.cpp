@@ -344,7 +344,7 @@ RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes) {
   int64_t* ids = out.ids.data_ptr<int64_t>();
   float* lp = out.logp.data_ptr<float>();
   const int lanes = std::min(cpu_lanes(), max_lanes);
-  at::parallel_for(0, B, 1, [&](int64_t b0, int64_t b1) {
+  share_rows(B, 16, [&](int64_t b0, int64_t b1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return argmax_rows_avx512(X, V, b0, b1, ids, lp);
     if (lanes == 8) return argmax_rows_avx2(X, V, b0, b1, ids, lp);

@@ -1,5 +1,6 @@
 #include "model/recurrence.h"
 
+#include "model/additive_kernel.h"
 #include "model/attention.h"
 #include "model/output_kernel.h"
 
@@ -80,7 +81,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       Tensor e;
       const Tensor scores = additive_scores_forward(hq.narrow(1, 3 * H, A).unsqueeze(1), keys, v, keep ? &e : nullptr).squeeze(1);
       const Tensor a = torch::softmax(scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()), 1);
-      const Tensor c = torch::bmm(a.unsqueeze(1), values).squeeze(1);   // [B, C]
+      const Tensor c = weighted_values(a, values);                      // [B, C]
       const Tensor gi = ctx_product(c, w_ctx, Tensor()).add_(gi_steps[t]);  // [B, 3H]
       GruCell cell = gru_cell(gi, hq, h, H);
       hs.push_back(cell.h);
@@ -124,7 +125,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       // c_t = sum_j a_tj v_j, and c_t enters the gates through w_ctx and the readout (dc_out)
       const Tensor dc = dc_product(dgi, w_ctx_t, Tensor()).add_(dc_out[t]);  // [B, C]
       const Tensor a = a_all[t];                                // [B, S]
-      const Tensor da = torch::bmm(values, dc.unsqueeze(2)).squeeze(2);  // [B, S]
+      const Tensor da = value_dots(values, dc);                 // [B, S]
       d_ctx[t].copy_(dc);  // the value gradient sum_t a_t^T dc_t is one product after the loop
       const Tensor d_scores = a * (da - (a * da).sum(1, true));  // softmax backward; 0 where masked
       const Tensor dq = additive_scores_backward(s[11 + static_cast<size_t>(t)], v, d_scores.unsqueeze(1), g_keys, g_v);
