@@ -20,6 +20,29 @@ struct Lanes {
   typedef int itype __attribute__((vector_size(4 * N)));
 };
 
+// tanh as a rational function on [-7.9053, 7.9053] (beyond it tanh rounds to +-1 in float): a minimax fit of
+// odd degree 13 over even degree 6; largest error 3.9e-7 against double tanh on a fine grid over [-12, 12].
+template <int N>
+__attribute__((always_inline)) inline typename Lanes<N>::type tanh_lanes(typename Lanes<N>::type x) {
+  using F = typename Lanes<N>::type;
+  const F hi = F{} + 7.90531110763549805f;
+  x = x > hi ? hi : x;
+  x = x < -hi ? -hi : x;
+  const F x2 = x * x;
+  F p = F{} - 2.76076847742355e-16f;
+  p = p * x2 + 2.00018790482477e-13f;
+  p = p * x2 - 8.60467152213735e-11f;
+  p = p * x2 + 5.12229709037114e-08f;
+  p = p * x2 + 1.48572235717979e-05f;
+  p = p * x2 + 6.37261928875436e-04f;
+  p = p * x2 + 4.89352455891786e-03f;
+  F q = F{} + 1.19825839466702e-06f;
+  q = q * x2 + 1.18534705686654e-04f;
+  q = q * x2 + 2.26843463243900e-03f;
+  q = q * x2 + 4.89352518554385e-03f;
+  return x * p / q;
+}
+
 // The widest lane count of this CPU: 16 (AVX-512), 8 (AVX2) or 4.
 inline int cpu_lanes() {
 #ifdef ATTNMT_X86_LANES

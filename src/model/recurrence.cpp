@@ -2,6 +2,7 @@
 
 #include "model/additive_kernel.h"
 #include "model/attention.h"
+#include "model/gru_kernel.h"
 #include "model/output_kernel.h"
 
 namespace attnmt {
@@ -15,6 +16,8 @@ using torch::autograd::tensor_list;
 // views) and returns the direct part of the gradient of h (dh z; the part through gh is dgh W_hh).
 Tensor gru_cell_backward(const Tensor& dh, const Tensor& h, const Tensor& rz, const Tensor& n, const Tensor& gh_n, Tensor dgi,
                          Tensor dgh, int64_t H) {
+  Tensor direct;
+  if (gru_cell_backward_kernel(dh, h, rz, n, gh_n, dgi, dgh, &direct)) return direct;  // float CPU: one pass per row
   const Tensor r = rz.narrow(1, 0, H), z = rz.narrow(1, H, H);
   const Tensor d_pre_n = dh * (1 - z) * (1 - n * n);  // through tanh
   dgi.narrow(1, 0, H).copy_(d_pre_n * gh_n * r * (1 - r));
@@ -144,6 +147,8 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
 }  // namespace
 
 GruCell gru_cell(const Tensor& gi, const Tensor& gh, const Tensor& h, int64_t H) {
+  GruCell c;
+  if (gru_cell_kernel(gi, gh.narrow(1, 0, 3 * H), h, H, &c.h, &c.rz, &c.n)) return c;  // float CPU: one pass per row
   Tensor g = (gi.narrow(1, 0, 2 * H) + gh.narrow(1, 0, 2 * H)).sigmoid_();
   Tensor nt = torch::addcmul(gi.narrow(1, 2 * H, H), g.narrow(1, 0, H), gh.narrow(1, 2 * H, H)).tanh_();
   Tensor h_new = torch::addcmul(nt, g.narrow(1, H, H), h - nt);  // n + z (h - n)
