@@ -207,6 +207,21 @@ TEST(Attention, FusedAdditiveScoresInFloat) {
       ASSERT_EQ(gf[i].sizes(), gr[i].sizes());
       EXPECT_LT((gf[i].to(torch::kDouble) - gr[i]).abs().max().item<double>(), 1e-4) << lanes << " lanes, input " << i;
     }
+    // The backward from the inputs (tanh recomputed, as the fused recurrence runs it) gives the same gradients,
+    // with a masked position (zero upstream gradient) skipped.
+    {
+      auto up0 = up.clone();
+      up0[1][0][3] = 0.0f;
+      auto gk = torch::zeros_like(keys), gv = torch::zeros_like(v);
+      auto gq = additive_scores_backward_from_inputs(wq, keys, v, up0, gk, gv);
+      auto x = wq.to(torch::kDouble).requires_grad_(true), y = keys.to(torch::kDouble).requires_grad_(true),
+           z = v.to(torch::kDouble).requires_grad_(true);
+      auto g0 = torch::autograd::grad({(additive_scores(x, y, z) * up0.to(torch::kDouble)).sum()}, {x, y, z});
+      ASSERT_EQ(gq.sizes(), g0[0].sizes());
+      EXPECT_LT((gq.to(torch::kDouble) - g0[0]).abs().max().item<double>(), 1e-4) << lanes << " lanes (from inputs), query";
+      EXPECT_LT((gk.to(torch::kDouble) - g0[1]).abs().max().item<double>(), 1e-4) << lanes << " lanes (from inputs), keys";
+      EXPECT_LT((gv.to(torch::kDouble) - g0[2]).abs().max().item<double>(), 1e-4) << lanes << " lanes (from inputs), v";
+    }
     // The tanh itself, through the scores: v = e_0, keys 0, so score = tanh(x) for x over [-12, 12], computed
     // in the vector lanes (A = 16) and in the scalar tail (A = 3).
     torch::NoGradGuard ng;

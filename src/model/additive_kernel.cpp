@@ -147,6 +147,63 @@ void value_pass(const ValueArgs& x, int64_t B) {
   });
 }
 
+// The backward from the forward's inputs: tanh(wq + k) recomputed per key row (the same lanes as the forward,
+// so the same values), then d = g v (1 - e^2) added into the query's and the key's gradients and g e into v's,
+// for sentences b0 .. b1 - 1. gv: one [A] row per sentence (threads own sentences).
+struct AdditiveBackArgs {
+  const float *wq, *keys, *v, *g;  // [B, T, A], [B, S, A], [A], [B, T, S]
+  float *gq, *gk, *gv;             // [B, T, A] (zeroed), [B, S, A] (added into), [B, A] (zeroed)
+  int64_t T, S, A;
+};
+
+template <int N>
+__attribute__((always_inline)) inline void additive_backward_rows(const AdditiveBackArgs& x, int64_t b0, int64_t b1) {
+  using F = typename Lanes<N>::type;
+  const int64_t T = x.T, S = x.S, A = x.A;
+  for (int64_t b = b0; b < b1; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const float* q = x.wq + (b * T + t) * A;
+      float* gq = x.gq + (b * T + t) * A;
+      float* gv = x.gv + b * A;
+      for (int64_t s = 0; s < S; ++s) {
+        const float c = x.g[(b * T + t) * S + s];
+        if (c == 0) continue;  // masked positions: softmax gave them no gradient
+        const float* k = x.keys + (b * S + s) * A;
+        float* gk = x.gk + (b * S + s) * A;
+        int64_t a = 0;
+        for (; a + N <= A; a += N) {
+          F qa, ka, va, gqa, gka, gva;
+          std::memcpy(&qa, q + a, sizeof qa);
+          std::memcpy(&ka, k + a, sizeof ka);
+          std::memcpy(&va, x.v + a, sizeof va);
+          const F e = tanh_lanes<N>(qa + ka);
+          const F d = c * va * (1.0f - e * e);
+          std::memcpy(&gqa, gq + a, sizeof gqa);
+          std::memcpy(&gka, gk + a, sizeof gka);
+          std::memcpy(&gva, gv + a, sizeof gva);
+          gqa += d, gka += d, gva += c * e;
+          std::memcpy(gq + a, &gqa, sizeof gqa);
+          std::memcpy(gk + a, &gka, sizeof gka);
+          std::memcpy(gv + a, &gva, sizeof gva);
+        }
+        for (; a < A; ++a) {
+          const float e = std::tanh(q[a] + k[a]);
+          const float d = c * x.v[a] * (1.0f - e * e);
+          gq[a] += d, gk[a] += d, gv[a] += c * e;
+        }
+      }
+    }
+}
+
+#ifdef ATTNMT_X86_LANES
+__attribute__((target("avx2"))) void additive_backward_avx2(const AdditiveBackArgs& x, int64_t b0, int64_t b1) {
+  additive_backward_rows<8>(x, b0, b1);
+}
+__attribute__((target("avx512f"))) void additive_backward_avx512(const AdditiveBackArgs& x, int64_t b0, int64_t b1) {
+  additive_backward_rows<16>(x, b0, b1);
+}
+#endif
+
 bool float_cpu(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
   for (const auto* t : {&a, &b, &c})
     if (!t->is_cpu() || t->scalar_type() != torch::kFloat) return false;
@@ -243,6 +300,34 @@ torch::Tensor value_dots(const torch::Tensor& values, const torch::Tensor& dc) {
   torch::Tensor out = torch::empty({B, S}, vc.options());
   value_pass({nullptr, vc.data_ptr<float>(), dcc.data_ptr<float>(), out.data_ptr<float>(), S, C}, B);
   return out;
+}
+
+torch::Tensor additive_scores_backward_from_inputs(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
+                                                   const torch::Tensor& grad_scores, torch::Tensor& g_keys, torch::Tensor& g_v) {
+  TORCH_CHECK(wq.dim() == 3 && keys.dim() == 3 && v.dim() == 1 && grad_scores.dim() == 3 && wq.size(0) == keys.size(0) &&
+                  wq.size(2) == keys.size(2) && keys.size(2) == v.size(0) && grad_scores.size(0) == wq.size(0) &&
+                  grad_scores.size(1) == wq.size(1) && grad_scores.size(2) == keys.size(1) && g_keys.sizes() == keys.sizes(),
+              "additive_scores_backward_from_inputs: wq [B, T, A], keys [B, S, A], v [A], grad [B, T, S] expected, got ", wq.sizes(),
+              ", ", keys.sizes(), ", ", v.sizes(), ", ", grad_scores.sizes());
+  if (!float_cpu(wq, keys, v) || !float_cpu(grad_scores, g_keys, g_v) || !g_keys.is_contiguous()) {
+    const torch::Tensor e = (wq.unsqueeze(2) + keys.unsqueeze(1)).tanh_();
+    return additive_scores_backward(e.contiguous(), v, grad_scores, g_keys, g_v);
+  }
+  const torch::Tensor q = wq.contiguous(), k = keys.contiguous(), vc = v.contiguous(), gs = grad_scores.contiguous();
+  const int64_t B = q.size(0), T = q.size(1), S = k.size(1), A = q.size(2);
+  torch::Tensor g_wq = torch::zeros({B, T, A}, q.options()), g_v_rows = torch::zeros({B, A}, q.options());
+  const AdditiveBackArgs x{q.data_ptr<float>(), k.data_ptr<float>(), vc.data_ptr<float>(), gs.data_ptr<float>(),
+                           g_wq.data_ptr<float>(), g_keys.data_ptr<float>(), g_v_rows.data_ptr<float>(), T, S, A};
+  const int lanes = additive_lanes_now();
+  share_rows(B, 8, [&](int64_t b0, int64_t b1) {
+#ifdef ATTNMT_X86_LANES
+    if (lanes == 16) return additive_backward_avx512(x, b0, b1);
+    if (lanes == 8) return additive_backward_avx2(x, b0, b1);
+#endif
+    additive_backward_rows<4>(x, b0, b1);
+  });
+  g_v.add_(g_v_rows.sum(0));
+  return g_wq;
 }
 
 }  // namespace attnmt

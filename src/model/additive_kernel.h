@@ -22,6 +22,11 @@ torch::Tensor additive_scores_backward(const torch::Tensor& tanh, const torch::T
 torch::Tensor weighted_values(const torch::Tensor& a, const torch::Tensor& values);
 torch::Tensor value_dots(const torch::Tensor& values, const torch::Tensor& dc);
 
+// The same backward from the forward's inputs wq [B, T, A] and keys [B, S, A], the tanh values recomputed (in the
+// forward's lanes, so the same values) instead of read: nothing [B, T, S, A]-sized is kept between the passes.
+torch::Tensor additive_scores_backward_from_inputs(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v,
+                                                   const torch::Tensor& grad_scores, torch::Tensor& g_keys, torch::Tensor& g_v);
+
 // The float forward runs 16 (AVX-512) or 8 (AVX2) lanes where the CPU has them, else 4. Caps the lane count
 // (4, 8 or 16; for tests and benchmarks) and returns the count now in use.
 int set_additive_lanes(int max_lanes);

@@ -77,12 +77,12 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     const Tensor blocked = mask.logical_not();
     // The per-step products have B rows each: their weights are packed once for all T steps (model/output_kernel.h).
     PackedLinear hq_product, ctx_product;
-    std::vector<Tensor> hs = {h0}, rz, n, ghn, tanh, alpha, ctxs;
+    std::vector<Tensor> hs = {h0}, rz, n, ghn, queries, alpha, ctxs;
     for (int64_t t = 0; t < T; ++t) {
       const Tensor& h = hs.back();
       const Tensor hq = hq_product(h, w_hq, b_hq);  // [B, 3H + A]: W_hh s + b_hh, and the query W_q s
-      Tensor e;
-      const Tensor scores = additive_scores_forward(hq.narrow(1, 3 * H, A).unsqueeze(1), keys, v, keep ? &e : nullptr).squeeze(1);
+      const Tensor query = hq.narrow(1, 3 * H, A);  // the backward recomputes tanh(W_q s + U h_j) from it
+      const Tensor scores = additive_scores_forward(query.unsqueeze(1), keys, v, nullptr).squeeze(1);
       const Tensor a = torch::softmax(scores.masked_fill(blocked, -std::numeric_limits<double>::infinity()), 1);
       const Tensor c = weighted_values(a, values);                      // [B, C]
       const Tensor gi = ctx_product(c, w_ctx, Tensor()).add_(gi_steps[t]);  // [B, 3H]
@@ -91,7 +91,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       rz.push_back(cell.rz);
       n.push_back(cell.n);
       ghn.push_back(hq.narrow(1, 2 * H, H));
-      tanh.push_back(e);
+      if (keep) queries.push_back(query);
       alpha.push_back(a);
       ctxs.push_back(c);
     }
@@ -102,8 +102,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     const Tensor c_all = torch::stack(ctxs, 0);  // [T, B, C]
     const Tensor a_all = torch::stack(alpha, 0);  // [T, B, S]
     tensor_list saved = {h_all, c_all, a_all, torch::stack(rz, 0), torch::stack(n, 0), torch::stack(ghn, 0),
-                         keys, values, w_ctx, w_hq, v};
-    saved.insert(saved.end(), tanh.begin(), tanh.end());
+                         keys, values, w_ctx, w_hq, v, torch::stack(queries, 0)};
     ctx->save_for_backward(saved);
     return {h_all.narrow(0, 1, T).transpose(0, 1), c_all.transpose(0, 1), weights};
   }
@@ -111,7 +110,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
   static tensor_list backward(AutogradContext* ctx, tensor_list grads) {
     const auto s = ctx->get_saved_variables();
     const Tensor &h_all = s[0], &c_all = s[1], &a_all = s[2], &rz = s[3], &n = s[4], &ghn = s[5], &keys = s[6], &values = s[7],
-                 &w_ctx = s[8], &w_hq = s[9], &v = s[10];
+                 &w_ctx = s[8], &w_hq = s[9], &v = s[10], &queries = s[11];
     const int64_t T = c_all.size(0), B = c_all.size(1), H = h_all.size(2), A = keys.size(2), G = 3 * H;
     const Tensor dy = grads[0].transpose(0, 1), dc_out = grads[1].transpose(0, 1);  // [T, B, H], [T, B, C]
     Tensor d_hq = torch::empty({T, B, G + A}, h_all.options());  // gradients of W_hh s + b_hh and of W_q s, per step
@@ -131,7 +130,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       const Tensor da = value_dots(values, dc);                 // [B, S]
       d_ctx[t].copy_(dc);  // the value gradient sum_t a_t^T dc_t is one product after the loop
       const Tensor d_scores = a * (da - (a * da).sum(1, true));  // softmax backward; 0 where masked
-      const Tensor dq = additive_scores_backward(s[11 + static_cast<size_t>(t)], v, d_scores.unsqueeze(1), g_keys, g_v);
+      const Tensor dq = additive_scores_backward_from_inputs(queries[t].unsqueeze(1), keys, v, d_scores.unsqueeze(1), g_keys, g_v);
       dhq.narrow(1, G, A).copy_(dq.squeeze(1));
       dh = dh_product(dhq, w_hq_t, Tensor()).add_(direct);  // to s_{t-1}: directly, through the gates and the query
     }
@@ -178,7 +177,7 @@ AdditiveGruRecurrence additive_gru_recurrence(const Tensor& gi_x, const Tensor& 
                   b_hh.sizes() == torch::IntArrayRef({3 * H}) && w_q.sizes() == torch::IntArrayRef({A, H}) &&
                   v.sizes() == torch::IntArrayRef({A}),
               "additive_gru_recurrence: weight shapes disagree with H = ", H, ", A = ", A, ", C = ", C);
-  bool keep = false;  // tanh values and per-step states, kept only when a gradient will be asked for
+  bool keep = false;  // per-step states and queries, kept only when a gradient will be asked for
   if (torch::GradMode::is_enabled())
     for (const Tensor* t : {&gi_x, &h0, &keys, &values, &w_ctx, &w_hh, &b_hh, &w_q, &v}) keep = keep || t->requires_grad();
   auto out = AdditiveGru::apply(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep);
