@@ -642,6 +642,19 @@ TEST(Model, StepwiseAndAllStepsPathsAgree) {
   EXPECT_EQ(checked, 5 + 3);  // luong dot/general/concat, scaled_dot x2; none, bahdanau (GRU, LSTM)
 }
 
+namespace {
+// The logits of a teacher-forced forward (fast path or step by step) and every parameter's gradient of
+// sum(logits * r).
+std::vector<torch::Tensor> logits_and_gradients(Seq2Seq& model, const TinyBatch& b, const torch::Tensor& r, bool stepwise) {
+  model->zero_grad();
+  auto out = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, stepwise);
+  (out.logits * r).sum().backward();
+  std::vector<torch::Tensor> g = {out.logits.detach()};
+  for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
+  return g;
+}
+}  // namespace
+
 // The fast training paths (the fused Bahdanau recurrence, the whole-sequence runs for `none` and Luong) give
 // the gradients of the step-by-step path: every parameter's, in double.
 TEST(Model, FastPathsGiveTheStepwiseGradients) {
@@ -654,15 +667,7 @@ TEST(Model, FastPathsGiveTheStepwiseGradients) {
     if (model->decoder->luong_style() && !model->decoder->can_run_all_steps()) continue;
     torch::manual_seed(1);
     const torch::Tensor r = torch::randn({3, 4, 20}, torch::kDouble);
-    auto grads = [&](bool stepwise) {
-      model->zero_grad();
-      auto out = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, stepwise);
-      (out.logits * r).sum().backward();
-      std::vector<torch::Tensor> g = {out.logits.detach()};
-      for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-      return g;
-    };
-    const auto fast = grads(false), slow = grads(true);
+    const auto fast = logits_and_gradients(model, b, r, false), slow = logits_and_gradients(model, b, r, true);
     ASSERT_EQ(fast.size(), slow.size()) << name_of(m);
     ASSERT_EQ(fast.size(), model->parameters().size() + 1) << name_of(m);
     for (size_t i = 0; i < fast.size(); ++i)
@@ -686,15 +691,7 @@ TEST(Model, FusedRecurrenceInFloatGivesTheStepwiseGradients) {
   ASSERT_EQ(model->decoder->path_for(torch::Device(torch::kCPU), 1.0, false), DecoderPath::kFusedRecurrence);
   torch::manual_seed(1);
   const torch::Tensor r = torch::randn({3, 4, 20});
-  auto grads = [&](bool stepwise) {
-    model->zero_grad();
-    auto out = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, stepwise);
-    (out.logits * r).sum().backward();
-    std::vector<torch::Tensor> g = {out.logits.detach()};
-    for (const auto& p : model->parameters()) g.push_back(p.grad().defined() ? p.grad().clone() : torch::zeros_like(p));
-    return g;
-  };
-  const auto fast = grads(false), slow = grads(true);
+  const auto fast = logits_and_gradients(model, b, r, false), slow = logits_and_gradients(model, b, r, true);
   ASSERT_EQ(fast.size(), slow.size());
   ASSERT_EQ(fast.size(), model->parameters().size() + 1);
   for (size_t i = 0; i < fast.size(); ++i) {

@@ -40,6 +40,31 @@ __attribute__((always_inline)) inline typename Lanes<N>::type exp_nonpositive(ty
   return p * scale;
 }
 
+// sum_v exp(x_v - m) over a row of V logits whose maximum is m: four accumulators, so that each lane adds a
+// quarter of the terms (less rounding on 8,000-word rows), and a scalar tail.
+template <int N>
+__attribute__((always_inline)) inline float sum_exp_lanes(const float* x, int64_t V, float m) {
+  using F = typename Lanes<N>::type;
+  F acc[4] = {F{}, F{}, F{}, F{}};
+  int64_t v = 0;
+  for (; v + 4 * N <= V; v += 4 * N)
+    for (int j = 0; j < 4; ++j) {
+      F a;
+      std::memcpy(&a, x + v + j * N, sizeof a);
+      acc[j] += exp_nonpositive<N>(a - m);
+    }
+  for (; v + N <= V; v += N) {
+    F a;
+    std::memcpy(&a, x + v, sizeof a);
+    acc[0] += exp_nonpositive<N>(a - m);
+  }
+  const F total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+  float sum = 0;
+  for (int i = 0; i < N; ++i) sum += total[i];
+  for (; v < V; ++v) sum += std::exp(x[v] - m);
+  return sum;
+}
+
 template <int N>
 __attribute__((always_inline)) inline void argmax_rows(const float* X, int64_t V, int64_t b0, int64_t b1, int64_t* ids,
                                                        float* logp) {
@@ -62,25 +87,8 @@ __attribute__((always_inline)) inline void argmax_rows(const float* X, int64_t V
     int64_t arg = 0;
     while (arg < V && !(x[arg] == m)) ++arg;
     if (arg == V) arg = 0;  // a row of NaN: its log-probability below is NaN too
-    // Four accumulators: each lane adds a quarter of the terms (less rounding on 8,000-word rows).
-    F acc[4] = {F{}, F{}, F{}, F{}};
-    for (v = 0; v + 4 * N <= V; v += 4 * N)
-      for (int j = 0; j < 4; ++j) {
-        F a;
-        std::memcpy(&a, x + v + j * N, sizeof a);
-        acc[j] += exp_nonpositive<N>(a - m);
-      }
-    for (; v + N <= V; v += N) {
-      F a;
-      std::memcpy(&a, x + v, sizeof a);
-      acc[0] += exp_nonpositive<N>(a - m);
-    }
-    const F total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-    float sum = 0;
-    for (int i = 0; i < N; ++i) sum += total[i];
-    for (; v < V; ++v) sum += std::exp(x[v] - m);
     ids[b] = arg;
-    logp[b] = -std::log(sum);
+    logp[b] = -std::log(sum_exp_lanes<N>(x, V, m));
   }
 }
 
@@ -239,24 +247,7 @@ __attribute__((always_inline)) inline void cross_entropy_forward_rows(const Cros
       for (v = 0; v < V; ++v) total += x[v];
       sum = static_cast<float>(total);
     } else {
-      // Pass 2: the sum of exponentials, in four accumulators (less rounding over 8,000-word rows).
-      F acc[4] = {F{}, F{}, F{}, F{}};
-      for (v = 0; v + 4 * N <= V; v += 4 * N)
-        for (int j = 0; j < 4; ++j) {
-          F c;
-          std::memcpy(&c, x + v + j * N, sizeof c);
-          acc[j] += exp_nonpositive<N>(c - m);
-        }
-      for (; v + N <= V; v += N) {
-        F c;
-        std::memcpy(&c, x + v, sizeof c);
-        acc[0] += exp_nonpositive<N>(c - m);
-      }
-      const F total = (acc[0] + acc[1]) + (acc[2] + acc[3]);
-      float s = 0;
-      for (int i = 0; i < N; ++i) s += total[i];
-      for (; v < V; ++v) s += std::exp(x[v] - m);
-      lse = static_cast<double>(m) + std::log(static_cast<double>(s));
+      lse = static_cast<double>(m) + std::log(static_cast<double>(sum_exp_lanes<N>(x, V, m)));  // pass 2
     }
     const double picked = x[a.t[r]], mean = static_cast<double>(sum) / static_cast<double>(V), eps = a.eps;
     a.loss[r] = static_cast<float>((1.0 - eps) * (lse - picked) + (eps > 0 ? eps * (lse - mean) : 0.0));
