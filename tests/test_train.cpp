@@ -306,10 +306,11 @@ TEST(Train, NanLossStopsWithClearError) {
 }
 
 // adam_step is LibTorch's Adam update in one pass: the same parameters and moments as torch::optim::Adam::step
-// (to float rounding: ATen fuses some multiply-adds) over several steps, with and without weight decay, on
-// parameters large enough to be shared between threads and on small ones; the state it keeps is the one
-// LibTorch's step reads (a LibTorch step after fused ones continues the same trajectory).
+// (to float rounding: ATen fuses some multiply-adds) over several steps, for every lane count this CPU can run,
+// with and without weight decay, on parameters large enough to be shared between threads and on small ones; the
+// state it keeps is the one LibTorch's step reads (a LibTorch step after fused ones continues the same trajectory).
 TEST(Train, FusedAdamStepEqualsLibTorchAdam) {
+  for (int cap : {4, 8, 16})
   for (double wd : {0.0, 0.01}) {
     torch::manual_seed(11);
     std::vector<torch::Tensor> a = {torch::randn({300, 700}), torch::randn({17}), torch::randn({5, 3})};
@@ -326,12 +327,12 @@ TEST(Train, FusedAdamStepEqualsLibTorchAdam) {
         a[i].mutable_grad() = g.clone();
         b[i].mutable_grad() = g.clone();
       }
-      if (step <= 4) adam_step(ours);
+      if (step <= 4) adam_step(ours, cap);
       else ours.step();  // LibTorch's own step on the state the fused ones left
       ref.step();
       for (size_t i = 0; i < a.size(); ++i) {
         ASSERT_EQ(a[i].sizes(), b[i].sizes());
-        EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), 2e-6) << "wd " << wd << " step " << step << " param " << i;
+        EXPECT_LT((a[i] - b[i]).abs().max().item<double>(), 2e-6) << "wd " << wd << " step " << step << " param " << i << " lanes " << cap;
         EXPECT_FALSE(torch::equal(a[i], a[i].detach().clone().zero_())) << "parameters moved";
       }
     }

@@ -1,5 +1,6 @@
 #include "model/gru_kernel.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -100,7 +101,7 @@ bool rows_fit(const torch::Tensor& t, int64_t B, int64_t width) {
 }  // namespace
 
 bool gru_cell_kernel(const torch::Tensor& gi, const torch::Tensor& gh, const torch::Tensor& h, int64_t H, torch::Tensor* h_new,
-                     torch::Tensor* rz, torch::Tensor* n) {
+                     torch::Tensor* rz, torch::Tensor* n, int max_lanes) {
   const int64_t B = h.dim() == 2 ? h.size(0) : -1;
   if (!rows_fit(gi, B, 3 * H) || !rows_fit(gh, B, 3 * H) || !rows_fit(h, B, H)) return false;
   *h_new = torch::empty({B, H}, h.options());
@@ -110,7 +111,7 @@ bool gru_cell_kernel(const torch::Tensor& gi, const torch::Tensor& gh, const tor
   a.gi = gi.data_ptr<float>(), a.gh = gh.data_ptr<float>(), a.h = h.data_ptr<float>();
   a.h_out = h_new->data_ptr<float>(), a.rz_out = rz->data_ptr<float>(), a.n_out = n->data_ptr<float>();
   a.gi_pitch = gi.stride(0), a.gh_pitch = gh.stride(0), a.h_pitch = h.stride(0), a.H = H;
-  const int lanes = cpu_lanes();
+  const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(B, 16, [&](int64_t b0, int64_t b1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return gru_forward_avx512(a, b0, b1);
@@ -122,7 +123,8 @@ bool gru_cell_kernel(const torch::Tensor& gi, const torch::Tensor& gh, const tor
 }
 
 bool gru_cell_backward_kernel(const torch::Tensor& dh, const torch::Tensor& h, const torch::Tensor& rz, const torch::Tensor& n,
-                              const torch::Tensor& gh_n, torch::Tensor& dgi, torch::Tensor& dgh, torch::Tensor* direct) {
+                              const torch::Tensor& gh_n, torch::Tensor& dgi, torch::Tensor& dgh, torch::Tensor* direct,
+                              int max_lanes) {
   const int64_t B = h.dim() == 2 ? h.size(0) : -1, H = h.dim() == 2 ? h.size(1) : -1;
   if (!rows_fit(dh, B, H) || !rows_fit(h, B, H) || !rows_fit(gh_n, B, H) || !rows_fit(dgi, B, 3 * H) || !rows_fit(dgh, B, 3 * H) ||
       !rows_fit(rz, B, 2 * H) || !rz.is_contiguous() || !rows_fit(n, B, H) || !n.is_contiguous())
@@ -133,7 +135,7 @@ bool gru_cell_backward_kernel(const torch::Tensor& dh, const torch::Tensor& h, c
   a.ghn = gh_n.data_ptr<float>(), a.dgi = dgi.data_ptr<float>(), a.dgh = dgh.data_ptr<float>(), a.direct = direct->data_ptr<float>();
   a.dh_pitch = dh.stride(0), a.h_pitch = h.stride(0), a.ghn_pitch = gh_n.stride(0), a.dgi_pitch = dgi.stride(0), a.dgh_pitch = dgh.stride(0);
   a.H = H;
-  const int lanes = cpu_lanes();
+  const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(B, 16, [&](int64_t b0, int64_t b1) {
 #ifdef ATTNMT_X86_LANES
     if (lanes == 16) return gru_backward_avx512(a, b0, b1);

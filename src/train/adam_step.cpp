@@ -1,5 +1,6 @@
 #include "train/adam_step.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -74,7 +75,7 @@ __attribute__((target("avx512f"))) void adam_span_avx512(const AdamArgs& a, int6
 bool fits(const torch::Tensor& t) { return t.defined() && t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && !t.is_sparse(); }
 }  // namespace
 
-void adam_step(torch::optim::Adam& optim) {
+void adam_step(torch::optim::Adam& optim, int max_lanes) {
   for (const auto& group : optim.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     if (o.amsgrad()) return static_cast<void>(optim.step());
@@ -89,7 +90,7 @@ void adam_step(torch::optim::Adam& optim) {
     }
   }
   torch::NoGradGuard no_grad;
-  const int lanes = cpu_lanes();
+  const int lanes = std::min(cpu_lanes(), max_lanes);
   for (auto& group : optim.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());

@@ -7,7 +7,8 @@
 namespace attnmt {
 
 // One Adam step of optim. Parameters that are not contiguous float CPU tensors, or the amsgrad variant, go
-// through optim.step() (the whole step then, so that every parameter is updated the same way).
-void adam_step(torch::optim::Adam& optim);
+// through optim.step() (the whole step then, so that every parameter is updated the same way). max_lanes (4, 8 or
+// 16) caps the vector lanes, for tests.
+void adam_step(torch::optim::Adam& optim, int max_lanes = 16);
 
 }  // namespace attnmt
