@@ -51,12 +51,40 @@ double best_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps)
   return best;
 }
 
-// Best of `reps` float32 products [M x K] . [K x N] (after one warm-up), in GFLOP/s.
-double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
+// Seconds of the fastest of `reps` products a . b on attnmt's packed kernel, packing b included (as the BLAS
+// packs its operands in every call); 0 where the kernel does not run (no AVX-512, or not the CPU).
+double best_packed_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps) {
+  if (!a.is_cpu() || !PackedLinear::available()) return 0;
+  torch::NoGradGuard ng;
+  double best = 1e9;
+  for (int i = 0; i < reps; ++i) {
+    double t0 = now_s();
+    PackedLinear packed;
+    torch::Tensor c = packed(a, b.t(), torch::Tensor());
+    best = std::min(best, now_s() - t0);
+  }
+  return best;
+}
+
+// The fastest of `reps` products a . b through the BLAS and through the packed kernel (where it runs): the
+// best rate this process can give, which training uses wherever it is the faster one (model/output_kernel.h).
+double best_product_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps) {
+  const double blas = best_mm_seconds(a, b, reps), packed = best_packed_mm_seconds(a, b, reps);
+  return packed > 0 ? std::min(blas, packed) : blas;
+}
+
+// Best of `reps` float32 products [M x K] . [K x N] (after one warm-up), in GFLOP/s: through the BLAS, or
+// through the packed kernel (packed true; 0 where it does not run).
+double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps, bool packed = false) {
   auto a = torch::randn({M, K}, torch::TensorOptions().device(dev));
   auto b = torch::randn({K, N}, torch::TensorOptions().device(dev));
+  const double flop = 2.0 * static_cast<double>(M * K * N);
+  if (packed) {
+    if (best_packed_mm_seconds(a, b, 1) == 0) return 0;
+    return flop / best_packed_mm_seconds(a, b, reps) / 1e9;
+  }
   best_mm_seconds(a, b, 1);
-  return 2.0 * static_cast<double>(M * K * N) / best_mm_seconds(a, b, reps) / 1e9;
+  return flop / best_mm_seconds(a, b, reps) / 1e9;
 }
 
 // Best of `reps` output-layer products x W^T ([M x K] rows, W [N x K]) through the packed copy of W that decoding
@@ -76,8 +104,10 @@ double packed_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, 
   return 2.0 * static_cast<double>(M * K * N) / best / 1e9;
 }
 
-// Best of 20 1024x1024x1024 float32 products: the roofline.
+// Best of 20 1024x1024x1024 float32 products, through the BLAS and through the packed kernel: the roofline is
+// the faster of the two.
 double matmul_gflops(const torch::Device& dev) { return gemm_gflops(dev, 1024, 1024, 1024, 20); }
+double packed_matmul_gflops(const torch::Device& dev) { return gemm_gflops(dev, 1024, 1024, 1024, 20, true); }
 
 // The matmul rate sampled between the timed pieces of one row (after each training step and each search), so
 // that the row's MFU is taken against what the machine could give during the same minutes: on a shared
@@ -90,7 +120,7 @@ class RoofSampler {
   // The fastest of three back-to-back products: the first after other work pays for cold caches and for
   // waking BLAS threads, which the timed work does not pay at that rate.
   void sample() {
-    const double best = best_mm_seconds(a_, b_, 3);
+    const double best = best_product_seconds(a_, b_, 3);
     seconds_ += best;
     fastest_ = std::min(fastest_, best);
     ++n_;
@@ -180,13 +210,15 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             std::unique_ptr<Distributed> dist;
             if (spec.world > 1) dist = std::make_unique<Distributed>(spec, dev, std::chrono::minutes(10));
             const bool main_rank = !dist || dist->is_main();
-            double roof = matmul_gflops(dev);
+            const double roof_blas = matmul_gflops(dev), roof_packed = packed_matmul_gflops(dev);
+            double roof = std::max(roof_blas, roof_packed);
             if (dist) {  // the ranks measure at the same time; the machine's roofline is their sum
               torch::Tensor t = torch::tensor({roof}, torch::kDouble);
               dist->allreduce_sum_(t);
               roof = t.item<double>();
             }
-            spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20{})", roof, dist ? ", summed over the ranks" : "");
+            spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20{}; BLAS {:.1f}, packed kernel {:.1f})", roof,
+                         dist ? ", summed over the ranks" : "", roof_blas, roof_packed);
             // The output layer's product for the rows of one beam-5 sentence and of 16 such sentences, next to
             // each other: how much of the machine five rows already use bounds what batching beams can gain.
             const double out5 = gemm_gflops(dev, 5, base.hidden_dim, opt->vocab, 50);
@@ -369,7 +401,8 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               return 0;
             }
             if (opt->json) {
-              nlohmann::json j = {{"matmul_gflops", roof}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
+              nlohmann::json j = {{"matmul_gflops", roof}, {"matmul_gflops_blas", roof_blas}, {"matmul_gflops_packed", roof_packed},
+                                  {"training_products", product_kernel_choice()}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
                                  {"output_layer_packed_gflops_5_rows", packed5}, {"output_layer_packed_gflops_80_rows", packed80},
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
@@ -387,6 +420,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());
               std::printf("BLAS kernel: %s\n", blas_kernel_choice().c_str());
+              std::printf("training products: %s\n", product_kernel_choice().c_str());
               std::printf("CPU peak: %s\n", peak.derivation.c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));

@@ -14,6 +14,7 @@
 #include "data/tokenizer.h"
 #include "common/errors.h"
 #include "common/runtime.h"
+#include "model/output_kernel.h"
 
 int main(int argc, char** argv) {
   using namespace attnmt;
@@ -89,6 +90,13 @@ int main(int argc, char** argv) {
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
     spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
                  t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
+    if (const char* pk = std::getenv("ATTNMT_PRODUCTS"); pk && *pk) {
+      ProductKernel k;
+      if (!parse_product_kernel(pk, &k))
+        throw UsageError(std::string("ATTNMT_PRODUCTS must be auto, packed or blas, got '") + pk + "'");
+      set_product_kernel(k);
+    }
+    spdlog::info("training products: {}", product_kernel_choice());
     for (auto& c : commands)
       if (app.got_subcommand(c.app)) return c.run();
     return kExitUsage;

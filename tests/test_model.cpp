@@ -6,6 +6,7 @@
 #include <set>
 
 #include "common/config.h"
+#include "common/runtime.h"
 #include "data/vocab.h"
 #include "model/attention.h"
 #include "model/gru_kernel.h"
@@ -370,15 +371,16 @@ TEST(OutputKernel, CrossEntropyRowsAndGradientEqualDoublePrecision) {
 TEST(OutputKernel, PackedLinearEqualsLinear) {
   // x W^T + b through the packed copy: no further from the double-precision product than ATen's float product
   // (twice its error, at least 1e-5 relative to the largest output), for row counts around the 8-row register
-  // block and the 128-row block, column counts around the 32-column panel, 1 to 4 threads (identical results:
-  // each output is one sum in the same order), and [B, T, K] inputs. An in-place update of the weight or the
+  // block and the 128-row block, column counts around the 32-column panel, input counts from none to past two
+  // 512-input blocks, 1 to 4 threads (identical results: each output is one sum in the same order, as it is when x
+  // or W come as transposed views), and [B, T, K] inputs. An in-place update of the weight or the
   // bias, or another weight, is seen by the next call (the packed copy is refreshed).
   if (!PackedLinear::available()) {
     std::printf("[ SKIPPED  ] no AVX-512 on this CPU: the packed output layer is ATen's linear here\n");
   }
   torch::NoGradGuard ng;
   int checked = 0;
-  for (int64_t K : {1, 5, 64}) {
+  for (int64_t K : {0, 1, 5, 64, 1100}) {
     for (int64_t V : {1, 31, 32, 33, 97}) {
       for (int64_t B : {1, 7, 8, 9, 130}) {
         torch::manual_seed(static_cast<uint64_t>(K * 1000 + V * 10 + B));
@@ -397,10 +399,16 @@ TEST(OutputKernel, PackedLinearEqualsLinear) {
           EXPECT_TRUE(torch::equal(y, first)) << "threads " << threads << " changed the result";
           ++checked;
         }
+        // x read through its transpose (rows one float apart) and W packed from its transpose's rows.
+        const torch::Tensor xt = x.t().contiguous(), wt = w.t().contiguous();
+        PackedLinear transposed;
+        const auto yt = transposed(xt.t(), wt.t(), b);
+        ASSERT_EQ(yt.sizes(), ref.sizes());
+        EXPECT_TRUE(torch::equal(yt, first)) << "B " << B << " K " << K << " V " << V << ": transposed operands";
       }
     }
   }
-  EXPECT_EQ(checked, 3 * 5 * 5 * 3);
+  EXPECT_EQ(checked, 5 * 5 * 5 * 3);
   // The benchmark's output layer, [B, T, K] input.
   torch::manual_seed(5);
   auto w = torch::randn({8000, 512}) * 0.05, b = torch::randn({8000}), x = torch::randn({3, 22, 512});
@@ -420,6 +428,86 @@ TEST(OutputKernel, PackedLinearEqualsLinear) {
   auto d = torch::randn({4, 6}, torch::kDouble), wd = torch::randn({5, 6}, torch::kDouble);
   EXPECT_TRUE(torch::equal(packed(d, wd, torch::Tensor()), torch::nn::functional::linear(d, wd)));
   EXPECT_THROW(packed(torch::randn({2, 7}), w, b), c10::Error);
+}
+
+// Training's products on the packed kernel (forced on, as ATTNMT_PRODUCTS=packed does): train_linear's output and
+// its three gradients, and product() with transposed views, against the same computed in double; with the BLAS
+// forced, train_linear is torch's linear exactly. kAuto takes the packed kernel exactly where the BLAS runs a
+// narrower family than the CPU's AVX-512.
+TEST(OutputKernel, TrainLinearAndProductEqualDoublePrecision) {
+  struct Reset {
+    ~Reset() { set_product_kernel(ProductKernel::kAuto); }
+  } reset;
+  const std::string core = blas_kernel();
+  const bool wide = core == "SkylakeX" || core == "Cooperlake" || core == "SapphireRapids";
+  EXPECT_EQ(packed_products(), PackedLinear::available() && !core.empty() && !wide) << core;
+  if (!PackedLinear::available()) std::printf("[ SKIPPED  ] no AVX-512 on this CPU: training's products are the BLAS's here\n");
+  set_product_kernel(ProductKernel::kPacked);
+  EXPECT_EQ(packed_products(), PackedLinear::available());
+  int checked = 0;
+  for (const auto& shape : std::vector<std::vector<int64_t>>{{37, 600}, {3, 5, 70}, {1, 1}, {130, 1100}}) {
+    for (bool with_bias : {true, false}) {
+      for (bool narrow_weight : {false, true}) {
+        torch::manual_seed(static_cast<uint64_t>(shape.back() + 7 * with_bias + 13 * narrow_weight));
+        const int64_t K = shape.back(), V = 70;
+        torch::Tensor x = torch::randn(shape).requires_grad_();
+        torch::Tensor w_full = torch::randn({V, K + 3}).requires_grad_();  // W as a narrowed view in one variant
+        torch::Tensor w_own = torch::randn({V, K}).requires_grad_();
+        torch::Tensor b = with_bias ? torch::randn({V}).requires_grad_() : torch::Tensor();
+        const torch::Tensor w = narrow_weight ? w_full.narrow(1, 2, K) : w_own;
+        std::vector<int64_t> out_shape = shape;
+        out_shape.back() = V;
+        const torch::Tensor g = torch::randn(out_shape);
+        const torch::Tensor y = train_linear(x, w, b);
+        ASSERT_EQ(y.sizes(), torch::IntArrayRef(out_shape));
+        (y * g).sum().backward();
+        // The reference: the same in double.
+        torch::Tensor xd = x.detach().to(torch::kDouble).requires_grad_(), wd = w.detach().to(torch::kDouble).requires_grad_();
+        torch::Tensor bd = with_bias ? b.detach().to(torch::kDouble).requires_grad_() : torch::Tensor();
+        const torch::Tensor yd = torch::nn::functional::linear(xd, wd, bd);
+        (yd * g.to(torch::kDouble)).sum().backward();
+        auto close = [](const torch::Tensor& a, const torch::Tensor& ref) {
+          const double scale = std::max(1.0, ref.abs().max().item<double>());
+          return (a.to(torch::kDouble) - ref).abs().max().item<double>() / scale;
+        };
+        const torch::Tensor gw = narrow_weight ? w_full.grad().narrow(1, 2, K) : w_own.grad();
+        ASSERT_TRUE(x.grad().defined() && gw.defined());
+        ASSERT_EQ(x.grad().sizes(), x.sizes());
+        ASSERT_EQ(gw.sizes(), w.sizes());
+        EXPECT_LT(close(y.detach(), yd.detach()), 1e-5) << K;
+        EXPECT_LT(close(x.grad(), xd.grad()), 1e-5) << K;
+        EXPECT_LT(close(gw, wd.grad()), 1e-5) << K;
+        if (narrow_weight) {  // the columns outside the view get no gradient
+          EXPECT_EQ(w_full.grad().narrow(1, 0, 2).abs().max().item<float>(), 0.0f);
+        }
+        if (with_bias) {
+          ASSERT_TRUE(b.grad().defined());
+          EXPECT_LT(close(b.grad(), bd.grad()), 1e-5) << K;
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 2 * 2);
+  // product(): a and b as given and as transposed views, against mm in double.
+  torch::manual_seed(3);
+  const torch::Tensor a = torch::randn({45, 700}), bm = torch::randn({700, 33});
+  const torch::Tensor ref = torch::mm(a.to(torch::kDouble), bm.to(torch::kDouble));
+  for (const auto& [aa, bb] : std::vector<std::pair<torch::Tensor, torch::Tensor>>{
+           {a, bm}, {a.t().contiguous().t(), bm}, {a, bm.t().contiguous().t()}, {a.t().contiguous().t(), bm.t().contiguous().t()}}) {
+    const torch::Tensor c = product(aa, bb);
+    ASSERT_EQ(c.sizes(), ref.sizes());
+    EXPECT_LT((c.to(torch::kDouble) - ref).abs().max().item<double>() / ref.abs().max().item<double>(), 1e-5);
+  }
+  EXPECT_THROW(product(a, a), c10::Error);
+  // With the BLAS forced: torch's linear, bit for bit.
+  set_product_kernel(ProductKernel::kBlas);
+  EXPECT_FALSE(packed_products());
+  const torch::Tensor x = torch::randn({9, 40}), w = torch::randn({20, 40}), b = torch::randn({20});
+  EXPECT_TRUE(torch::equal(train_linear(x, w, b), torch::nn::functional::linear(x, w, b)));
+  ProductKernel k;
+  EXPECT_TRUE(parse_product_kernel("packed", &k) && k == ProductKernel::kPacked);
+  EXPECT_FALSE(parse_product_kernel("fast", &k));
 }
 
 // The GRU cell's one-pass row kernels against the same formulas in double: forward (r, z, n and h') and

@@ -86,7 +86,7 @@ AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t
 
 AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "AdditiveAttention");
-  return {u_key(enc), enc, mask};  // keys: U h_j  [B, S, A]
+  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask};  // keys: U h_j  [B, S, A]
 }
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -106,7 +106,7 @@ MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_
 
 AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "MultiplicativeAttention");
-  return {w ? w(enc) : enc, enc, mask};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
+  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
 }
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {

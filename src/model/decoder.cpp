@@ -99,7 +99,7 @@ torch::Tensor at_rows(const torch::Tensor& x, const torch::Tensor& rows) {
 }  // namespace
 
 torch::Tensor DecoderImpl::readout_at(const torch::Tensor& features, const torch::Tensor& rows) {
-  return torch::tanh(combine(at_rows(features, rows)));
+  return torch::tanh(train_linear(at_rows(features, rows), combine->weight, combine->bias));
 }
 
 DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const {
@@ -164,7 +164,7 @@ DecoderOutput DecoderImpl::forward_fused_recurrence(const torch::Tensor& tgt_in,
   const auto* additive = dynamic_cast<const AdditiveAttention*>(attention_.get());
   const int64_t E = e_all.size(2);
   const torch::Tensor w_ih = rnn->param("weight_ih_l0");  // [3H, E + C]: embedding columns, then context columns
-  const torch::Tensor gi_x = torch::nn::functional::linear(e_all, w_ih.narrow(1, 0, E), rnn->param("bias_ih_l0"));
+  const torch::Tensor gi_x = train_linear(e_all, w_ih.narrow(1, 0, E), rnn->param("bias_ih_l0"));
   AdditiveGruRecurrence r = additive_gru_recurrence(gi_x, state.rnn.h[0], mem.keys, mem.values, mem.mask,
                                                     w_ih.narrow(1, E, w_ih.size(1) - E), rnn->param("weight_hh_l0"),
                                                     rnn->param("bias_hh_l0"), additive->query_weight(), additive->v_vector());

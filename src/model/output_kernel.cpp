@@ -3,6 +3,7 @@
 #include "model/lanes.h"
 
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -105,33 +106,35 @@ __attribute__((target("avx512f"))) void argmax_rows_avx512(const float* X, int64
 
 // The packed product. A panel holds 2N output columns for all K inputs ([K, 2N]); R rows of x at a time
 // accumulate against it in R x 2 vector registers (16 of AVX-512's 32), one broadcast of x[r][k] and two
-// loads of the panel per k. Rows are taken in blocks of kRowBlock, so that the block of x stays in the L2
-// cache while every panel passes by once per block.
+// loads of the panel per k. Rows are taken in blocks of kRowBlock and inputs in blocks of kDepthBlock, so that
+// the block of x ([128, 512] floats, 256 KB) stays in the L2 cache while every panel's part ([512, 32], 64 KB)
+// passes by once per block. After the first input block the sums continue from y as stored (float to float:
+// the same sums in the same order as without blocks).
 constexpr int kPanelLanes = 16;
 constexpr int kPanel = 2 * kPanelLanes;  // output columns per panel
 constexpr int kRows = 8;                  // rows per register block
 constexpr int64_t kRowBlock = 128;
+constexpr int64_t kDepthBlock = 512;
 
+// init: where the sums start, bias (a row broadcast to all rows, ldi 0) or y's earlier partial sums.
+// x's element (r, k) is x[r * sr + k * sk]: rows of a row-major matrix (sk 1) or of a transposed one (sr 1).
 template <int N, int R>
-__attribute__((always_inline)) inline void panel_rows(const float* x, int64_t K, const float* panel, const float* bias,
-                                                      float* y, int64_t ldy) {
+__attribute__((always_inline)) inline void panel_rows(const float* x, int64_t sr, int64_t sk, int64_t kc, const float* panel,
+                                                      const float* init, int64_t ldi, float* y, int64_t ldy) {
   using F = typename Lanes<N>::type;
-  F b0, b1;
-  std::memcpy(&b0, bias, sizeof b0);
-  std::memcpy(&b1, bias + N, sizeof b1);
   F acc[R][2];
 #pragma GCC unroll 16
   for (int r = 0; r < R; ++r) {
-    acc[r][0] = b0;
-    acc[r][1] = b1;
+    std::memcpy(&acc[r][0], init + r * ldi, sizeof(F));
+    std::memcpy(&acc[r][1], init + r * ldi + N, sizeof(F));
   }
-  for (int64_t k = 0; k < K; ++k) {
+  for (int64_t k = 0; k < kc; ++k) {
     F w0, w1;
     std::memcpy(&w0, panel + k * 2 * N, sizeof w0);
     std::memcpy(&w1, panel + k * 2 * N + N, sizeof w1);
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
-      const F xr = F{} + x[r * K + k];
+      const F xr = F{} + x[r * sr + k * sk];
       acc[r][0] += xr * w0;
       acc[r][1] += xr * w1;
     }
@@ -144,8 +147,9 @@ __attribute__((always_inline)) inline void panel_rows(const float* x, int64_t K,
 }
 
 struct PackedArgs {
-  const float* x;       // [B, K]
-  const float* tail;    // [kRows, K]: x's last B % kRows rows, then zeros
+  const float* x;       // [B, K], element (b, k) at x[b * sr + k * sk]
+  int64_t sr, sk;
+  const float* tail;    // [kRows, K] row-major: x's last B % kRows rows, then zeros
   const float* panels;  // [P, K, kPanel]
   const float* bias;    // [P * kPanel]
   float* y;             // [B, V]
@@ -157,28 +161,35 @@ __attribute__((always_inline)) inline void packed_panels(const PackedArgs& a, in
   constexpr int W = 2 * N;
   alignas(64) float part[kRows * W];
   const int64_t full_rows = a.B / kRows * kRows;
-  for (int64_t rb = 0; rb < a.B; rb += kRowBlock) {
-    const int64_t re = std::min(a.B, rb + kRowBlock);
-    for (int64_t j = j0; j < j1; ++j) {
-      const float* panel = a.panels + j * a.K * W;
-      const float* bias = a.bias + j * W;
-      const int64_t col = j * W, cols = std::min<int64_t>(W, a.V - col);
-      for (int64_t b = rb; b < re; b += kRows) {
-        const bool whole_rows = b < full_rows;
-        const float* x = whole_rows ? a.x + b * a.K : a.tail;
-        if (whole_rows && cols == W) {
-          panel_rows<N, kRows>(x, a.K, panel, bias, a.y + b * a.V + col, a.V);
-          continue;
+  for (int64_t k0 = 0; k0 < a.K || k0 == 0; k0 += kDepthBlock) {
+    const int64_t kc = std::min(kDepthBlock, a.K - k0);
+    const bool first = k0 == 0;
+    for (int64_t rb = 0; rb < a.B; rb += kRowBlock) {
+      const int64_t re = std::min(a.B, rb + kRowBlock);
+      for (int64_t j = j0; j < j1; ++j) {
+        const float* panel = a.panels + (j * a.K + k0) * W;
+        const float* bias = a.bias + j * W;
+        const int64_t col = j * W, cols = std::min<int64_t>(W, a.V - col);
+        for (int64_t b = rb; b < re; b += kRows) {
+          const bool whole_rows = b < full_rows;
+          const float* x = whole_rows ? a.x + b * a.sr + k0 * a.sk : a.tail + k0;
+          const int64_t sr = whole_rows ? a.sr : a.K, sk = whole_rows ? a.sk : 1;
+          float* y = a.y + b * a.V + col;
+          if (whole_rows && cols == W) {
+            panel_rows<N, kRows>(x, sr, sk, kc, panel, first ? bias : y, first ? 0 : a.V, y, a.V);
+            continue;
+          }
+          // A part of the panel or of the rows: through a buffer, which holds the partial sums between blocks.
+          const int64_t rows = std::min<int64_t>(kRows, a.B - b);
+          if (!first)
+            for (int64_t r = 0; r < rows; ++r) std::memcpy(part + r * W, y + r * a.V, sizeof(float) * cols);
+          panel_rows<N, kRows>(x, sr, sk, kc, panel, first ? bias : part, first ? 0 : W, part, W);
+          for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * a.V, part + r * W, sizeof(float) * cols);
         }
-        panel_rows<N, kRows>(x, a.K, panel, bias, part, W);  // a part of the panel or of the rows: through a buffer
-        const int64_t rows = std::min<int64_t>(kRows, a.B - b);
-        for (int64_t r = 0; r < rows; ++r) std::memcpy(a.y + (b + r) * a.V + col, part + r * W, sizeof(float) * cols);
       }
     }
   }
 }
-
-
 
 // The label-smoothed cross-entropy's rows and gradient (see output_kernel.h).
 struct CrossEntropyArgs {
@@ -407,9 +418,20 @@ void PackedLinear::refresh(const torch::Tensor& weight, const torch::Tensor& bia
     return;
   torch::NoGradGuard ng;
   const int64_t V = weight.size(0), K = weight.size(1), P = (V + kPanel - 1) / kPanel;
-  torch::Tensor w = torch::zeros({P * kPanel, K}, weight.options());
-  w.narrow(0, 0, V).copy_(weight);
-  panels_ = w.view({P, kPanel, K}).transpose(1, 2).contiguous();  // [P, K, kPanel]
+  if (weight.t().is_contiguous()) {
+    // W^T [K, V] lies row by row (a transposed weight, or a gradient): a panel is a strip of its columns.
+    torch::Tensor wt = weight.t();
+    if (V % kPanel != 0) {
+      torch::Tensor padded = torch::zeros({K, P * kPanel}, weight.options());
+      padded.narrow(1, 0, V).copy_(wt);
+      wt = padded;
+    }
+    panels_ = wt.view({K, P, kPanel}).permute({1, 0, 2}).contiguous();  // [P, K, kPanel]
+  } else {
+    torch::Tensor w = torch::zeros({P * kPanel, K}, weight.options());
+    w.narrow(0, 0, V).copy_(weight);
+    panels_ = w.view({P, kPanel, K}).transpose(1, 2).contiguous();  // [P, K, kPanel]
+  }
   bias_ = torch::zeros({P * kPanel}, weight.options());
   if (bias.defined()) bias_.narrow(0, 0, V).copy_(bias);
   weight_impl_ = weight.unsafeGetTensorImpl();
@@ -432,7 +454,11 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
 #ifdef ATTNMT_X86_LANES
   refresh(weight, bias);
   const int64_t K = weight.size(1), V = weight.size(0);
-  const torch::Tensor x2 = x.reshape({-1, K}).contiguous();
+  // Rows of a row-major matrix, or of a transposed one (a gradient's transpose: no copy).
+  int64_t rows = 1;
+  for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+  torch::Tensor x2 = x.reshape({rows, K});
+  if (!(x2.stride(1) == 1 && x2.stride(0) >= K) && !(x2.stride(0) == 1 && x2.stride(1) >= x2.size(0))) x2 = x2.contiguous();
   const int64_t B = x2.size(0);
   std::vector<int64_t> out_shape(x.sizes().begin(), x.sizes().end());
   out_shape.back() = V;
@@ -441,7 +467,7 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
   torch::Tensor tail = torch::zeros({kRows, K}, x2.options());
   const int64_t tail_rows = B % kRows;
   if (tail_rows > 0) tail.narrow(0, 0, tail_rows).copy_(x2.narrow(0, B - tail_rows, tail_rows));
-  const PackedArgs a{x2.data_ptr<float>(), tail.data_ptr<float>(), panels_.data_ptr<float>(), bias_.data_ptr<float>(),
+  const PackedArgs a{x2.data_ptr<float>(), x2.stride(0), x2.stride(1), tail.data_ptr<float>(), panels_.data_ptr<float>(), bias_.data_ptr<float>(),
                      y.data_ptr<float>(), B, K, V};
   // The columns in as many contiguous shares as threads, the caller's thread taking the first.
   const int64_t P = panels_.size(0);
@@ -453,10 +479,98 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
 #endif
 }
 
+namespace {
+std::atomic<int> g_product_kernel{static_cast<int>(ProductKernel::kAuto)};
+
+bool blas_is_narrower_than_cpu() {
+  if (!PackedLinear::available()) return false;
+  const std::string core = blas_kernel();
+  if (core.empty()) return false;  // not OpenBLAS: its own choice of kernel stands
+  for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"})
+    if (core == wide) return false;
+  return true;
+}
+
+// y = x W^T + b with the packed kernel for all three products. Without a bias, bias is an empty placeholder
+// (LibTorch 1.13's apply needs defined tensors) and has_bias false.
+struct PackedLinearFunction : public torch::autograd::Function<PackedLinearFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& weight,
+                               const torch::Tensor& bias, bool has_bias) {
+    int64_t rows = 1;
+    for (int64_t d = 0; d + 1 < x.dim(); ++d) rows *= x.size(d);
+    ctx->save_for_backward({x.reshape({rows, x.size(-1)}), weight});
+    ctx->saved_data["bias"] = has_bias;
+    ctx->saved_data["shape"] = x.sizes().vec();
+    PackedLinear p;
+    return p(x, weight, has_bias ? bias : torch::Tensor());
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const torch::Tensor &x2 = s[0], &weight = s[1];
+    const torch::Tensor dy = grads[0].reshape({-1, weight.size(0)}).contiguous();  // [N, V]
+    torch::Tensor dx, dw, db;
+    if (ctx->needs_input_grad(0)) dx = product(dy, weight).view(ctx->saved_data["shape"].toIntVector());
+    if (ctx->needs_input_grad(1)) dw = product(dy.t(), x2);  // [V, K], dy read column by column, not copied
+    if (ctx->saved_data["bias"].toBool() && ctx->needs_input_grad(2)) db = dy.sum(0);
+    return {dx, dw, db, torch::Tensor()};
+  }
+};
+
+bool float_cpu(const torch::Tensor& t) { return !t.defined() || (t.is_cpu() && t.scalar_type() == torch::kFloat); }
+}  // namespace
+
+void set_product_kernel(ProductKernel k) { g_product_kernel.store(static_cast<int>(k)); }
+
+bool parse_product_kernel(const std::string& s, ProductKernel* k) {
+  if (s == "auto") *k = ProductKernel::kAuto;
+  else if (s == "packed") *k = ProductKernel::kPacked;
+  else if (s == "blas") *k = ProductKernel::kBlas;
+  else return false;
+  return true;
+}
+
+bool packed_products() {
+  switch (static_cast<ProductKernel>(g_product_kernel.load())) {
+    case ProductKernel::kPacked: return PackedLinear::available();
+    case ProductKernel::kBlas: return false;
+    case ProductKernel::kAuto: break;
+  }
+  static const bool narrower = blas_is_narrower_than_cpu();
+  return narrower;
+}
+
+std::string product_kernel_choice() {
+  const auto k = static_cast<ProductKernel>(g_product_kernel.load());
+  const std::string core = blas_kernel().empty() ? std::string("not OpenBLAS") : "OpenBLAS " + blas_kernel();
+  if (k == ProductKernel::kBlas) return "BLAS (ATTNMT_PRODUCTS=blas; " + core + ")";
+  if (k == ProductKernel::kPacked)
+    return PackedLinear::available() ? "packed AVX-512 (ATTNMT_PRODUCTS=packed)" : "BLAS (ATTNMT_PRODUCTS=packed, but no AVX-512)";
+  if (packed_products()) return "packed AVX-512 (the BLAS runs " + core + ", a narrower kernel than this CPU's)";
+  if (!PackedLinear::available()) return "BLAS (" + core + "; no AVX-512 for the packed kernel)";
+  return "BLAS (" + core + ")";
+}
+
+torch::Tensor train_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  if (!packed_products() || !float_cpu(x) || !float_cpu(weight) || !float_cpu(bias) || weight.dim() != 2 || x.dim() < 1 ||
+      x.size(-1) != weight.size(1))
+    return torch::nn::functional::linear(x, weight, bias);
+  return PackedLinearFunction::apply(x, weight, bias.defined() ? bias : torch::empty({0}, weight.options()), bias.defined());
+}
+
+torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(a.dim() == 2 && b.dim() == 2 && a.size(1) == b.size(0), "product: a [M, K] and b [K, N] expected, got ",
+              a.sizes(), " and ", b.sizes());
+  if (!packed_products() || !float_cpu(a) || !float_cpu(b) ||
+      (torch::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())))
+    return torch::mm(a, b);
+  PackedLinear p;
+  return p(a, b.t(), torch::Tensor());
+}
+
 torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,
                               const torch::Tensor& x) {
   if (!owner.is_training() && !torch::GradMode::is_enabled()) return packed(x, layer->weight, layer->bias);
-  return layer(x);
+  return train_linear(x, layer->weight, layer->bias);
 }
 
 }  // namespace attnmt

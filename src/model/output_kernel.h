@@ -3,6 +3,7 @@
 // (AVX-512) lanes chosen at run time), and the output layer's product with its weights packed once (AVX-512).
 #pragma once
 #include <cstdint>
+#include <string>
 
 #include <torch/torch.h>
 
@@ -58,6 +59,27 @@ class PackedLinear {
   const void* weight_data_ = nullptr;
   int64_t weight_version_ = -1, bias_version_ = -1;
 };
+
+// Which kernel runs training's products (the output layer, the readout, the input gates, the recurrences'
+// weight gradients). kAuto: the packed kernel where the CPU has AVX-512 and the BLAS runs a narrower kernel
+// family (OpenBLAS's Haswell or Zen kernels, for instance because OPENBLAS_CORETYPE says so: there the packed
+// kernel runs these products about 1.8x faster); the BLAS otherwise (an OpenBLAS AVX-512 family, or another
+// BLAS). ATTNMT_PRODUCTS=blas|packed|auto in the environment sets it for a process (set_product_kernel).
+enum class ProductKernel { kAuto, kPacked, kBlas };
+void set_product_kernel(ProductKernel k);
+// Parses "auto" | "packed" | "blas"; false for anything else.
+bool parse_product_kernel(const std::string& s, ProductKernel* k);
+// Whether training's products run on the packed kernel in this process (after kAuto is resolved).
+bool packed_products();
+// One line for the log and bench: which kernel and why, e.g. "packed AVX-512 (the BLAS runs Haswell, 8 lanes)".
+std::string product_kernel_choice();
+
+// x W^T + b (x [..., K], W [V, K]) as one autograd node whose three products (y, x's and W's gradients) run on
+// the packed kernel where packed_products() and the tensors are float CPU ones; torch's linear otherwise.
+torch::Tensor train_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias);
+// a [M, K] . b [K, N] outside autograd (inside a custom backward): the packed kernel where packed_products()
+// (a or b may be transposed views: neither is copied), torch::mm otherwise.
+torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b);
 
 // layer(x); while decoding (the owning module in eval mode, no gradients) the same product through packed.
 torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,

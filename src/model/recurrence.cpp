@@ -61,7 +61,7 @@ struct GruSequence : public torch::autograd::Function<GruSequence> {
       const Tensor direct = gru_cell_backward(dh + dy[t], h_all[t], rz[t], n[t], ghn[t], d_gi[t], d_gh[t], H);
       dh = hh_product(d_gh[t], w_hh_t, Tensor()).add_(direct);
     }
-    const Tensor d_w_hh = torch::mm(d_gh.view({T * B, G}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
+    const Tensor d_w_hh = product(d_gh.view({T * B, G}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
     return {d_gi.transpose(0, 1), dh, d_w_hh, d_gh.sum(torch::IntArrayRef{0, 1})};
   }
 };
@@ -135,8 +135,8 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
       dh = dh_product(dhq, w_hq_t, Tensor()).add_(direct);  // to s_{t-1}: directly, through the gates and the query
     }
     // Weight gradients: one product over all T x B rows each.
-    const Tensor d_w_hq = torch::mm(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
-    const Tensor d_w_ctx = torch::mm(d_gi.view({T * B, G}).t(), c_all.reshape({T * B, c_all.size(2)}));
+    const Tensor d_w_hq = product(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
+    const Tensor d_w_ctx = product(d_gi.view({T * B, G}).t(), c_all.reshape({T * B, c_all.size(2)}));
     const Tensor g_values = torch::bmm(a_all.permute({1, 2, 0}), d_ctx.transpose(0, 1));  // sum_t a_t^T dc_t  [B, S, C]
     const Tensor d_b_hh = d_hq.narrow(2, 0, G).sum(torch::IntArrayRef{0, 1});
     return {d_gi.transpose(0, 1), dh, g_keys, g_values, Tensor(), d_w_ctx, d_w_hq.narrow(0, 0, G), d_b_hh,

@@ -35,7 +35,7 @@ bool use_gru_sequence(const torch::Tensor& x) { return x.is_cpu() && torch::Grad
 
 torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
                         const torch::Tensor& b_ih, const torch::Tensor& b_hh) {
-  return gru_sequence(torch::nn::functional::linear(x, w_ih, b_ih), h0, w_hh, b_hh);
+  return gru_sequence(train_linear(x, w_ih, b_ih), h0, w_hh, b_hh);
 }
 }  // namespace
 
