@@ -276,5 +276,19 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
   });
 }
 
+// ATTNMT_PRODUCTS chooses training's product kernel: a value it does not know is bad input (one line, exit 2); a
+// known one is taken and logged.
+TEST(BadInputCatalogue, ProductKernelVariable) {
+  std::string w = make_work("cat_products", false);
+  CliResult bad = run_cli("config -c " + w + "/good.json", "", "ATTNMT_PRODUCTS=fast");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  auto errors = error_lines(bad.output);
+  ASSERT_EQ(errors.size(), 1u) << bad.output;
+  EXPECT_NE(errors[0].find("ATTNMT_PRODUCTS must be auto, packed or blas, got 'fast'"), std::string::npos) << errors[0];
+  CliResult blas = run_cli("config -c " + w + "/good.json", "", "ATTNMT_PRODUCTS=blas");
+  EXPECT_EQ(blas.code, 0) << blas.output;
+  EXPECT_NE(blas.output.find("training products: BLAS (ATTNMT_PRODUCTS=blas"), std::string::npos) << blas.output;
+}
+
 }  // namespace
 }  // namespace attnmt::test

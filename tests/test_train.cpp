@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "common/config.h"
@@ -62,6 +64,40 @@ TEST(Train, SameSeedSameNumbers) {
   std::string log = test::read_file(a + "/train.log");
   EXPECT_NE(log.find("pairs read"), std::string::npos) << log.substr(0, 300);
   EXPECT_NE(log.find("vocabularies: source"), std::string::npos);
+}
+
+// Training's products on the packed kernel and on the BLAS (model/output_kernel.h): the same trajectory to float
+// rounding, and each of the two deterministic on its own (the run above takes whichever the machine chooses).
+TEST(Train, PackedProductsGiveTheBlasTrajectory) {
+  if (!PackedLinear::available()) {
+    std::printf("[ SKIPPED  ] no AVX-512 on this CPU: training's products are the BLAS's here\n");
+    return;
+  }
+  struct Reset {
+    ~Reset() { set_product_kernel(ProductKernel::kAuto); }
+  } reset;
+  std::map<std::string, std::vector<nlohmann::json>> runs;
+  for (const char* kernel : {"packed", "blas", "packed"}) {
+    ProductKernel k;
+    ASSERT_TRUE(parse_product_kernel(kernel, &k));
+    set_product_kernel(k);
+    const std::string name = std::string(kernel) + (runs.count(kernel) ? "_again" : "");
+    const std::string dir = test::temp_dir("train_products_" + name);
+    Config c = tiny_config(dir);
+    c.train.max_steps = 6;
+    train(c, {}, torch::kCPU);
+    runs[name] = metrics(dir);
+  }
+  const auto &packed = runs["packed"], &blas = runs["blas"], &again = runs["packed_again"];
+  ASSERT_EQ(packed.size(), 2u);
+  ASSERT_EQ(blas.size(), packed.size());
+  ASSERT_EQ(again.size(), packed.size());
+  for (size_t i = 0; i < packed.size(); ++i) {
+    for (const char* k : {"train_loss", "valid_loss"}) {
+      EXPECT_EQ(packed[i][k], again[i][k]) << k << " at validation " << i;
+      EXPECT_NEAR(packed[i][k].get<double>(), blas[i][k].get<double>(), 1e-4 * std::abs(blas[i][k].get<double>())) << k;
+    }
+  }
 }
 
 TEST(Train, ResumeGivesTheSameTrajectory) {
@@ -485,6 +521,12 @@ TEST(Bench, JsonFiguresAreConsistent) {
     else EXPECT_EQ(j.at(k).get<double>(), 0) << k;
   }
   EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
+  // The roofline is the faster of the BLAS's 1024^3 product and the packed kernel's (0 where it does not run).
+  EXPECT_GT(j.at("matmul_gflops_blas").get<double>(), 0);
+  if (PackedLinear::available()) EXPECT_GT(j.at("matmul_gflops_packed").get<double>(), 0);
+  else EXPECT_EQ(j.at("matmul_gflops_packed").get<double>(), 0);
+  EXPECT_EQ(j["matmul_gflops"].get<double>(), std::max(j["matmul_gflops_blas"].get<double>(), j["matmul_gflops_packed"].get<double>()));
+  EXPECT_EQ(j.at("training_products").get<std::string>(), product_kernel_choice());
   // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.
   const auto& peak = j.at("cpu_peak");
   const double product = peak.at("cores").get<double>() * peak.at("lanes").get<double>() * peak.at("fma_units").get<double>() * 2 *
