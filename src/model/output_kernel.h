@@ -37,7 +37,7 @@ bool cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& target
 bool cross_entropy_grad(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& lse,
                         const torch::Tensor& scale, double eps, torch::Tensor* grad, int max_lanes = 16);
 
-// x W^T + b for a few rows x at a time (a decoder step's), with W [V, K] packed once into panels of 32 output
+// x W^T + b (a decoder step's few rows, or training's products through train_linear), with W [V, K] packed into panels of 32 output
 // columns ([V/32, K, 32]) that each step reads as they lie. ATen hands such a product to the BLAS, which packs
 // the whole [V, K] matrix again for every call: with 64 rows that copy took 40% as long as the product's
 // arithmetic (21% against 49% of a greedy search's samples). Each output is one sum over k in order, whatever the thread count: the result does not depend on it.
