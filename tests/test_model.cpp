@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -508,6 +509,70 @@ TEST(OutputKernel, TrainLinearAndProductEqualDoublePrecision) {
   ProductKernel k;
   EXPECT_TRUE(parse_product_kernel("packed", &k) && k == ProductKernel::kPacked);
   EXPECT_FALSE(parse_product_kernel("fast", &k));
+}
+
+// batched_product (attention's batched products on the packed kernel) against bmm in double: the product and both
+// gradients, for b as given, as a transposed view (the keys' transpose of a score product) and as a narrowed view, a
+// read through a transposed view, sizes around the panel width and the row block (M 1, 9, 31; N 1, 30, 33, 512) and
+// an empty depth; each product of a batch equal bit for bit to the same product alone (threads share the batch);
+// with the BLAS forced, torch::bmm bit for bit.
+TEST(OutputKernel, BatchedProductEqualsBmmInDoublePrecision) {
+  struct Reset {
+    ~Reset() { set_product_kernel(ProductKernel::kAuto); }
+  } reset;
+  if (!PackedLinear::available()) std::printf("[ SKIPPED  ] no AVX-512 on this CPU: batched_product is torch::bmm here\n");
+  set_product_kernel(ProductKernel::kPacked);
+  auto close = [](const torch::Tensor& a, const torch::Tensor& ref) {
+    if (ref.numel() == 0) return 0.0;  // an empty depth: a's and b's gradients are empty (sizes asserted)
+    const double scale = std::max(1.0, ref.abs().max().item<double>());
+    return (a.to(torch::kDouble) - ref).abs().max().item<double>() / scale;
+  };
+  int checked = 0;
+  for (const auto& d : std::vector<std::array<int64_t, 4>>{{3, 31, 512, 30}, {2, 1, 7, 33}, {4, 9, 30, 512}, {5, 8, 40, 1}, {2, 6, 0, 5}}) {
+    const int64_t Bt = d[0], M = d[1], K = d[2], N = d[3];
+    for (int layout = 0; layout < 4; ++layout) {
+      torch::manual_seed(static_cast<uint64_t>(M * 1000 + N * 10 + layout));
+      // layout 0: both contiguous; 1: b a transposed view; 2: b narrowed from a wider tensor; 3: a a transposed view
+      torch::Tensor a_leaf = layout == 3 ? torch::randn({Bt, K, M}).requires_grad_() : torch::randn({Bt, M, K}).requires_grad_();
+      torch::Tensor b_leaf = layout == 1   ? torch::randn({Bt, N, K}).requires_grad_()
+                             : layout == 2 ? torch::randn({Bt, K, N + 3}).requires_grad_()
+                                           : torch::randn({Bt, K, N}).requires_grad_();
+      const torch::Tensor a = layout == 3 ? a_leaf.transpose(1, 2) : a_leaf;
+      const torch::Tensor b = layout == 1 ? b_leaf.transpose(1, 2) : layout == 2 ? b_leaf.narrow(2, 1, N) : b_leaf;
+      const torch::Tensor g = torch::randn({Bt, M, N});
+      const torch::Tensor c = batched_product(a, b);
+      ASSERT_EQ(c.sizes(), torch::IntArrayRef({Bt, M, N}));
+      (c * g).sum().backward();
+      torch::Tensor ad = a.detach().to(torch::kDouble).requires_grad_(), bd = b.detach().to(torch::kDouble).requires_grad_();
+      const torch::Tensor cd = torch::bmm(ad, bd);
+      (cd * g.to(torch::kDouble)).sum().backward();
+      const torch::Tensor ga = layout == 3 ? a_leaf.grad().transpose(1, 2) : a_leaf.grad();
+      const torch::Tensor gb = layout == 1 ? b_leaf.grad().transpose(1, 2) : layout == 2 ? b_leaf.grad().narrow(2, 1, N) : b_leaf.grad();
+      ASSERT_EQ(ga.sizes(), a.sizes());
+      ASSERT_EQ(gb.sizes(), b.sizes());
+      EXPECT_LT(close(c.detach(), cd.detach()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
+      EXPECT_LT(close(ga, ad.grad()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
+      EXPECT_LT(close(gb, bd.grad()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
+      if (K == 0) EXPECT_EQ(c.abs().max().item<float>(), 0.0f);
+      if (layout == 2 && K > 0) {  // the columns outside the view get no gradient
+        EXPECT_EQ(b_leaf.grad().narrow(2, 0, 1).abs().max().item<float>(), 0.0f);
+      }
+      torch::NoGradGuard ng;
+      for (int64_t i = 0; i < Bt; ++i) {
+        const torch::Tensor alone = batched_product(a.narrow(0, i, 1), b.narrow(0, i, 1));
+        ASSERT_EQ(alone.sizes(), torch::IntArrayRef({1, M, N}));
+        EXPECT_TRUE(torch::equal(alone[0], c[i])) << "product " << i << " of " << Bt << ", layout " << layout;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 5 * 4);
+  EXPECT_THROW(batched_product(torch::randn({2, 3, 4}), torch::randn({2, 5, 6})), c10::Error);
+  EXPECT_THROW(batched_product(torch::randn({2, 3, 4}), torch::randn({3, 4, 6})), c10::Error);
+  EXPECT_EQ(batched_product(torch::randn({0, 3, 4}), torch::randn({0, 4, 6})).sizes(), torch::IntArrayRef({0, 3, 6}));
+  set_product_kernel(ProductKernel::kBlas);
+  const torch::Tensor a = torch::randn({3, 7, 20}), b = torch::randn({3, 20, 9});
+  EXPECT_TRUE(torch::equal(batched_product(a, b), torch::bmm(a, b)));
 }
 
 // The GRU cell's one-pass row kernels against the same formulas in double: forward (r, z, n and h') and

@@ -25,10 +25,18 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
   TORCH_CHECK(q.dim() == k.dim() && k.dim() == v.dim(), "scaled_dot_product: q, k, v need the same rank");
   TORCH_CHECK(q.size(-1) == k.size(-1), "scaled_dot_product: q and k dims differ: ", q.sizes(), " vs ", k.sizes());
   TORCH_CHECK(k.size(-2) == v.size(-2), "scaled_dot_product: k and v lengths differ");
+  TORCH_CHECK(q.sizes().slice(0, q.dim() - 2) == k.sizes().slice(0, k.dim() - 2) &&
+                  k.sizes().slice(0, k.dim() - 2) == v.sizes().slice(0, v.dim() - 2),
+              "scaled_dot_product: q, k, v need the same leading axes, got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  torch::Tensor scores = torch::matmul(q, k.transpose(-2, -1)) * scale;  // [..., T, S]
+  // The leading axes (batch, heads) as one for the batched products: [N, T, d]
+  auto flat = [](const torch::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); };
+  std::vector<int64_t> shape = q.sizes().vec();
+  shape.back() = k.size(-2);
+  torch::Tensor scores = batched_product(flat(q), flat(k).transpose(1, 2)).view(shape) * scale;  // [..., T, S]
   torch::Tensor w = masked_softmax(scores, mask);
-  return {torch::matmul(w, v), w, torch::Tensor()};
+  shape.back() = v.size(-1);
+  return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor()};
 }
 
 namespace {
@@ -54,7 +62,7 @@ bool one_query_without_grad(const torch::Tensor& query) { return query.size(1) =
 // sum_s w[b, t, s] values[b, s, :]  [B, T, C]
 torch::Tensor context(const torch::Tensor& w, const torch::Tensor& values) {
   if (one_query_without_grad(w)) return weighted_values(w.squeeze(1), values).unsqueeze(1);
-  return torch::bmm(w, values);
+  return batched_product(w, values);
 }
 void check_query(const torch::Tensor& query, const AttentionMemory& mem, int64_t dim, const char* who) {
   TORCH_CHECK(query.dim() == 3, who, ": query must be [B, T, Q], got ", query.sizes());
@@ -113,7 +121,7 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
   check_query(query, mem, mem.keys.size(2), "MultiplicativeAttention");
   // [B, T, S]; one query per sentence while decoding: the row kernel instead of B tiny BLAS products
   torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
-                                                        : torch::bmm(query, mem.keys.transpose(1, 2));
+                                                        : batched_product(query, mem.keys.transpose(1, 2));
   torch::Tensor wts = masked_softmax(scores, mem.mask);
   return {context(wts, mem.values), wts, torch::Tensor()};
 }
@@ -131,8 +139,8 @@ AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torc
   check_states(enc, mask, key_dim_, "MultiHeadAttention");
   const int64_t B = enc.size(0), S = enc.size(1), d = attn_dim_ / heads_;
   // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
-  torch::Tensor k = wk(enc).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  torch::Tensor v = wv(enc).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor k = train_linear(enc, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor v = train_linear(enc, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
   return {k, v, mask};  // keys/values [B, h, S, d]
 }
 

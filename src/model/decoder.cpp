@@ -43,7 +43,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
 DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
   const int64_t B = enc.final_h.size(0);
   auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
-    return torch::tanh(l(x)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
+    return torch::tanh(train_linear(x, l->weight, l->bias)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
   };
   DecoderState s;
   s.rnn.h = bridge(bridge_h, enc.final_h);

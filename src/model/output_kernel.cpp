@@ -191,6 +191,79 @@ __attribute__((always_inline)) inline void packed_panels(const PackedArgs& a, in
   }
 }
 
+// panel_rows for R = rows (1 .. kRows) chosen at run time: the last rows of a batched product.
+template <int N>
+__attribute__((always_inline)) inline void some_panel_rows(int64_t rows, const float* x, int64_t sr, int64_t sk, int64_t kc,
+                                                           const float* panel, const float* init, float* y, int64_t ldy) {
+  switch (rows) {
+    case 8: return panel_rows<N, 8>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 7: return panel_rows<N, 7>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 6: return panel_rows<N, 6>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 5: return panel_rows<N, 5>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 4: return panel_rows<N, 4>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 3: return panel_rows<N, 3>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    case 2: return panel_rows<N, 2>(x, sr, sk, kc, panel, init, 0, y, ldy);
+    default: return panel_rows<N, 1>(x, sr, sk, kc, panel, init, 0, y, ldy);
+  }
+}
+
+// A batch of products a_i [M, K] . b_i [K, N] (see batched_product in output_kernel.h): element (i, m, k) of a at
+// a[i * as0 + m * as1 + k * as2], likewise b; y [Bt, M, N] contiguous.
+struct BatchedArgs {
+  const float* a;
+  int64_t as0, as1, as2;
+  const float* b;
+  int64_t bs0, bs1, bs2;
+  float* y;
+  int64_t M, K, N;
+};
+
+// Products i0 .. i1 - 1: b_i packed into panels of kPanel columns ([P, K, kPanel], zero beyond N), then every
+// kRows rows of a_i through each panel. Each output is one sum over k in order.
+template <int N>
+__attribute__((always_inline)) inline void batched_panels(const BatchedArgs& x, int64_t i0, int64_t i1) {
+  constexpr int W = 2 * N;
+  const int64_t M = x.M, K = x.K, Nc = x.N, P = (Nc + W - 1) / W;
+  std::vector<float> panels(static_cast<size_t>(P * K * W));
+  alignas(64) float part[kRows * W];
+  alignas(64) const float zero[W] = {};
+  for (int64_t i = i0; i < i1; ++i) {
+    const float* b = x.b + i * x.bs0;
+    if (x.bs2 == 1) {  // rows of b lie contiguous: each panel row is a piece of one
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t cols = std::min<int64_t>(W, Nc - p * W);
+        for (int64_t k = 0; k < K; ++k) {
+          float* dst = panels.data() + (p * K + k) * W;
+          std::memcpy(dst, b + k * x.bs1 + p * W, sizeof(float) * static_cast<size_t>(cols));
+          if (cols < W) std::memset(dst + cols, 0, sizeof(float) * static_cast<size_t>(W - cols));
+        }
+      }
+    } else {  // a column of b at a time (its columns lie contiguous when b is a transposed view)
+      if (Nc % W != 0) std::memset(panels.data() + (P - 1) * K * W, 0, sizeof(float) * static_cast<size_t>(K * W));
+      for (int64_t n = 0; n < Nc; ++n) {
+        float* dst = panels.data() + (n / W) * K * W + n % W;
+        const float* src = b + n * x.bs2;
+        for (int64_t k = 0; k < K; ++k) dst[k * W] = src[k * x.bs1];
+      }
+    }
+    for (int64_t m = 0; m < M; m += kRows) {
+      const int64_t rows = std::min<int64_t>(kRows, M - m);
+      const float* a = x.a + i * x.as0 + m * x.as1;
+      float* y = x.y + (i * M + m) * Nc;
+      for (int64_t p = 0; p < P; ++p) {
+        const int64_t cols = std::min<int64_t>(W, Nc - p * W);
+        const float* panel = panels.data() + p * K * W;
+        if (cols == W) {
+          some_panel_rows<N>(rows, a, x.as1, x.as2, K, panel, zero, y + p * W, Nc);
+          continue;
+        }
+        some_panel_rows<N>(rows, a, x.as1, x.as2, K, panel, zero, part, W);
+        for (int64_t r = 0; r < rows; ++r) std::memcpy(y + r * Nc + p * W, part + r * W, sizeof(float) * static_cast<size_t>(cols));
+      }
+    }
+  }
+}
+
 // The label-smoothed cross-entropy's rows and gradient (see output_kernel.h).
 struct CrossEntropyArgs {
   const float* x;        // [N, V]
@@ -323,6 +396,9 @@ bool cross_entropy_inputs_fit(const torch::Tensor& logits, const torch::Tensor& 
 #ifdef ATTNMT_X86_LANES
 __attribute__((target("avx512f"))) void packed_panels_avx512(const PackedArgs& a, int64_t j0, int64_t j1) {
   packed_panels<kPanelLanes>(a, j0, j1);
+}
+__attribute__((target("avx512f"))) void batched_panels_avx512(const BatchedArgs& a, int64_t i0, int64_t i1) {
+  batched_panels<kPanelLanes>(a, i0, i1);
 }
 #endif
 }  // namespace
@@ -517,6 +593,38 @@ struct PackedLinearFunction : public torch::autograd::Function<PackedLinearFunct
 };
 
 bool float_cpu(const torch::Tensor& t) { return !t.defined() || (t.is_cpu() && t.scalar_type() == torch::kFloat); }
+
+// a [Bt, M, K] . b [Bt, K, N] on the packed kernel (any strides), outside autograd; the products shared between threads.
+torch::Tensor batched_panels_product(const torch::Tensor& a, const torch::Tensor& b) {
+  const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  torch::Tensor y = torch::empty({Bt, M, N}, a.options());
+  if (Bt == 0 || M == 0 || N == 0) return y;
+#ifdef ATTNMT_X86_LANES
+  const BatchedArgs x{a.data_ptr<float>(), a.stride(0), a.stride(1), a.stride(2), b.data_ptr<float>(), b.stride(0),
+                      b.stride(1), b.stride(2), y.data_ptr<float>(), M, K, N};
+  share_rows(Bt, 1, [&x](int64_t i0, int64_t i1) { batched_panels_avx512(x, i0, i1); });
+#endif
+  return y;
+}
+
+// c = a . b with both gradients through the same kernel: da = g b^T; db = a^T g, or (g^T a)^T where b is narrower
+// than it is deep (the keys' transpose of a score product), so that the kernel's output rows stay long.
+struct BatchedProductFunction : public torch::autograd::Function<BatchedProductFunction> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return batched_panels_product(a, b);
+  }
+  static torch::autograd::tensor_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::tensor_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const torch::Tensor &a = s[0], &b = s[1], &g = grads[0];
+    torch::Tensor da, db;
+    if (ctx->needs_input_grad(0)) da = batched_panels_product(g, b.transpose(1, 2));
+    if (ctx->needs_input_grad(1))
+      db = b.size(2) >= b.size(1) ? batched_panels_product(a.transpose(1, 2), g)
+                                  : batched_panels_product(g.transpose(1, 2), a).transpose(1, 2);
+    return {da, db};
+  }
+};
 }  // namespace
 
 void set_product_kernel(ProductKernel k) { g_product_kernel.store(static_cast<int>(k)); }
@@ -565,6 +673,14 @@ torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b) {
     return torch::mm(a, b);
   PackedLinear p;
   return p(a, b.t(), torch::Tensor());
+}
+
+torch::Tensor batched_product(const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(a.dim() == 3 && b.dim() == 3 && a.size(0) == b.size(0) && a.size(2) == b.size(1),
+              "batched_product: a [B, M, K] and b [B, K, N] expected, got ", a.sizes(), " and ", b.sizes());
+  if (!packed_products() || !float_cpu(a) || !float_cpu(b)) return torch::bmm(a, b);
+  if (torch::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad())) return BatchedProductFunction::apply(a, b);
+  return batched_panels_product(a, b);
 }
 
 torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,

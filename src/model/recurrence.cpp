@@ -137,7 +137,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     // Weight gradients: one product over all T x B rows each.
     const Tensor d_w_hq = product(d_hq.view({T * B, G + A}).t(), h_all.narrow(0, 0, T).reshape({T * B, H}));
     const Tensor d_w_ctx = product(d_gi.view({T * B, G}).t(), c_all.reshape({T * B, c_all.size(2)}));
-    const Tensor g_values = torch::bmm(a_all.permute({1, 2, 0}), d_ctx.transpose(0, 1));  // sum_t a_t^T dc_t  [B, S, C]
+    const Tensor g_values = batched_product(a_all.permute({1, 2, 0}), d_ctx.transpose(0, 1));  // sum_t a_t^T dc_t  [B, S, C]
     const Tensor d_b_hh = d_hq.narrow(2, 0, G).sum(torch::IntArrayRef{0, 1});
     return {d_gi.transpose(0, 1), dh, g_keys, g_values, Tensor(), d_w_ctx, d_w_hq.narrow(0, 0, G), d_b_hh,
             d_w_hq.narrow(0, G, A), g_v, Tensor()};
