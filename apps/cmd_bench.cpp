@@ -274,7 +274,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
               r.train_flops_step = fc.train_step();
               auto train_step = [&]() { trainer.step(&dbatch, batch.tgt_tokens); };
-              // Warm-up: a process's first steps run slower than the rest, the fourth among them here (by 50-60 ms
+              // Warm-up: a process's first steps run slower than the rest, the fourth among them here (by 40-70 ms
               // with training's products on the packed kernel, the third with OpenBLAS's), so five steps before timing.
               for (int i = 0; i < 5; ++i) train_step();
               const CommStats before = dist ? dist->stats() : CommStats{};
