@@ -13,10 +13,6 @@
 
 namespace attnmt::cli {
 
-namespace {
-const Config kDefaults;
-}  // namespace
-
 Command setup_average(CLI::App& parent, const GlobalOptions&) {
   struct Options {
     std::string run;                       // run directory (its config gives the model)
@@ -29,7 +25,7 @@ Command setup_average(CLI::App& parent, const GlobalOptions&) {
   app->add_option("--run,-r", opt->run, "Run directory (its config.json gives the model)")->required();
   auto* last = app->add_option("--last", opt->last,
                                "The newest N periodic checkpoints ckpt-<step>.pt of the run (train with " +
-                                   config_key(kDefaults, &kDefaults.train.keep_checkpoints) + " >= N)")
+                                   config_key(defaults(), &defaults().train.keep_checkpoints) + " >= N)")
                    ->check(CLI::Range(1, 1000));
   auto* files = app->add_option("--checkpoints", opt->checkpoints, "These checkpoint files (of the run's model)")->excludes(last);
   last->excludes(files);
@@ -47,7 +43,7 @@ Command setup_average(CLI::App& parent, const GlobalOptions&) {
               if (static_cast<int>(all.size()) < opt->last)
                 throw UsageError(opt->run + ": --last " + std::to_string(opt->last) + " but the run keeps " + std::to_string(all.size()) +
                                  " periodic checkpoint(s) (ckpt-<step>.pt; train with " +
-                                 config_key(kDefaults, &kDefaults.train.keep_checkpoints) + " >= " + std::to_string(opt->last) + ")");
+                                 config_key(defaults(), &defaults().train.keep_checkpoints) + " >= " + std::to_string(opt->last) + ")");
               paths.assign(all.end() - opt->last, all.end());
             }
             for (const auto& p : paths)

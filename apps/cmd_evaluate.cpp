@@ -7,10 +7,6 @@
 
 namespace attnmt::cli {
 
-namespace {
-const Config kDefaults;
-}  // namespace
-
 Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   struct Options {
     std::string run;                  // run directory
@@ -26,7 +22,7 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   src->needs(ref);
   ref->needs(src);
   app->add_option("--align", opt->req.align, "Gold alignments, Pharaoh format (default: the split's align file)");
-  app->add_option("--beam", opt->req.beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
+  app->add_option("--beam", opt->req.beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
   app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")->capture_default_str();
   return {app, [opt, &g]() -> int {
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);

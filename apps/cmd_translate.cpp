@@ -23,7 +23,6 @@
 namespace attnmt::cli {
 
 namespace {
-const Config kDefaults;
 
 // The attention rows of the hypothesis's tokens (the <eos> step left out): rows = target tokens.
 std::vector<std::vector<float>> token_rows(const Translation& t) {
@@ -162,7 +161,7 @@ Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("translate", "Translate lines from a file or stdin with a trained run");
   app->add_option("--run,-r", opt->run, "Run directory")->required();
-  app->add_option("--beam", opt->beam, "Beam size (default: the run's " + config_key(kDefaults, &kDefaults.eval.beam_size) + ")")->check(CLI::Range(1, 100));
+  app->add_option("--beam", opt->beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
   app->add_option("--input,-i", opt->input, "Input file (default: stdin)");
   app->add_option("--output,-o", opt->output, "Output file (default: stdout)");
   app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")

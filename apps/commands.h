@@ -7,6 +7,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/config.h"
+
 namespace attnmt::cli {
 
 struct GlobalOptions {
@@ -15,6 +17,12 @@ struct GlobalOptions {
   int intra_threads = 1;           // LibTorch intra-op threads (0 = same as threads)
   std::string device;              // auto | cpu | cuda | cuda:N; empty = the config's (default auto)
 };
+
+// The built-in defaults, for help texts that name a config key (config_key(defaults(), &defaults().eval.beam_size)).
+inline const Config& defaults() {
+  static const Config c;
+  return c;
+}
 
 struct Command {
   CLI::App* app = nullptr;
