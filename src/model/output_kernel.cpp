@@ -12,6 +12,7 @@
 
 #include "common/runtime.h"
 #include "common/share_threads.h"
+#include "model/additive_kernel.h"
 
 namespace attnmt {
 
@@ -597,6 +598,14 @@ bool float_cpu(const torch::Tensor& t) { return !t.defined() || (t.is_cpu() && t
 // a [Bt, M, K] . b [Bt, K, N] on the packed kernel (any strides), outside autograd; the products shared between threads.
 torch::Tensor batched_panels_product(const torch::Tensor& a, const torch::Tensor& b) {
   const int64_t Bt = a.size(0), M = a.size(1), K = a.size(2), N = b.size(2);
+  if (Bt > 0 && M == 1 && K > 0 && N > 0) {
+    // One row per product (a decoder step's query when input feeding makes the decoder step in training, and that
+    // step's gradient): packing b would cost about as much as the product, so the row kernels of
+    // model/additive_kernel.h read it in place, as decoding's steps do.
+    if (b.transpose(1, 2).is_contiguous()) return value_dots(b.transpose(1, 2), a.squeeze(1)).unsqueeze(1);
+    return weighted_values(a.squeeze(1), b).unsqueeze(1);
+  }
+  if (K == 1) return a * b;  // [Bt, M, 1] * [Bt, 1, N]: the outer products of a one-query step's weight gradient
   torch::Tensor y = torch::empty({Bt, M, N}, a.options());
   if (Bt == 0 || M == 0 || N == 0) return y;
 #ifdef ATTNMT_X86_LANES

@@ -30,8 +30,12 @@ RnnImpl::RnnImpl(RnnCell cell, int64_t input, int64_t hidden, int64_t layers, do
 }
 
 namespace {
-// One GRU layer and direction as a single autograd node (model/recurrence.h): training on the CPU.
-bool use_gru_sequence(const torch::Tensor& x) { return x.is_cpu() && torch::GradMode::is_enabled() && x.size(1) > 1; }
+// One GRU layer and direction as a single autograd node (model/recurrence.h): training on the CPU. A single step too
+// (a decoder stepping for input feeding) where training's products are packed: ATen's GRU would hand the BLAS six
+// small products per step, whose threads then spin against the packed kernel's helpers on the other core.
+bool use_gru_sequence(const torch::Tensor& x) {
+  return x.is_cpu() && torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
+}
 
 torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
                         const torch::Tensor& b_ih, const torch::Tensor& b_hh) {
