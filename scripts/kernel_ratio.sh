@@ -11,6 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-4}
 STEPS=${2:-8}
+[[ $ROUNDS =~ ^[1-9][0-9]*$ && $STEPS =~ ^[1-9][0-9]*$ ]] || { echo "kernel_ratio: ROUNDS and STEPS must be positive integers, got '$ROUNDS' '$STEPS'" >&2; exit 2; }
 [ -x build/attnmt ] || bash scripts/build.sh
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
