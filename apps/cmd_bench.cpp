@@ -21,7 +21,8 @@
 #include "data/vocab.h"
 #include "eval/search.h"
 #include "model/flops.h"
-#include "model/output_kernel.h"
+#include "kernels/mode.h"
+#include "kernels/packed_product.h"
 #include "model/seq2seq.h"
 #include "train/distributed.h"
 #include "train/launcher.h"
@@ -56,6 +57,7 @@ double best_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps)
 double best_packed_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps) {
   if (!a.is_cpu() || !PackedLinear::available()) return 0;
   torch::NoGradGuard ng;
+  const ScopedKernelMode kernels(KernelMode::kAuto);  // the machine's rate, under either --kernels
   double best = 1e9;
   for (int i = 0; i < reps; ++i) {
     double t0 = now_s();
@@ -67,7 +69,7 @@ double best_packed_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, in
 }
 
 // The fastest of `reps` products a . b through the BLAS and through the packed kernel (where it runs): the
-// best rate this process can give, which training uses wherever it is the faster one (model/output_kernel.h).
+// best rate this process can give, which training uses wherever it is the faster one (kernels/packed_product.h).
 double best_product_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps) {
   const double blas = best_mm_seconds(a, b, reps), packed = best_packed_mm_seconds(a, b, reps);
   return packed > 0 ? std::min(blas, packed) : blas;
@@ -88,10 +90,11 @@ double gemm_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, in
 }
 
 // Best of `reps` output-layer products x W^T ([M x K] rows, W [N x K]) through the packed copy of W that decoding
-// uses (model/output_kernel.h), in GFLOP/s; 0 where decoding does not use it (no AVX-512, or not the CPU).
+// uses (kernels/packed_product.h), in GFLOP/s; 0 where decoding does not use it (no AVX-512, or not the CPU).
 double packed_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, int reps) {
   if (!dev.is_cpu() || !PackedLinear::available()) return 0;
   torch::NoGradGuard ng;
+  const ScopedKernelMode kernels(KernelMode::kAuto);  // what the kernel gives, under either --kernels
   const torch::Tensor x = torch::randn({M, K}), w = torch::randn({N, K}), b = torch::zeros({N});
   PackedLinear packed;
   packed(x, w, b);  // packs W once, as a decoder does for a whole search
@@ -404,7 +407,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             }
             if (opt->json) {
               nlohmann::json j = {{"matmul_gflops", roof}, {"matmul_gflops_blas", roof_blas}, {"matmul_gflops_packed", roof_packed},
-                                  {"training_products", product_kernel_choice()}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
+                                  {"kernels", kernel_mode_name(kernel_mode())}, {"kernel_choice", kernel_choice()}, {"training_products", product_kernel_choice()}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
                                  {"output_layer_packed_gflops_5_rows", packed5}, {"output_layer_packed_gflops_80_rows", packed80},
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
@@ -422,7 +425,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());
               std::printf("BLAS kernel: %s\n", blas_kernel_choice().c_str());
-              std::printf("training products: %s\n", product_kernel_choice().c_str());
+              std::printf("kernels: %s\n", kernel_choice().c_str());
               std::printf("CPU peak: %s\n", peak.derivation.c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));

@@ -16,6 +16,7 @@ struct GlobalOptions {
   int threads = 0;                 // BLAS threads (0 = all cores)
   int intra_threads = 1;           // LibTorch intra-op threads (0 = same as threads)
   std::string device;              // auto | cpu | cuda | cuda:N; empty = the config's (default auto)
+  std::string kernels;             // auto | reference; empty = ATTNMT_KERNELS, else auto
 };
 
 // The built-in defaults, for help texts that name a config key (config_key(defaults(), &defaults().eval.beam_size)).

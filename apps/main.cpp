@@ -14,7 +14,7 @@
 #include "data/tokenizer.h"
 #include "common/errors.h"
 #include "common/runtime.h"
-#include "model/output_kernel.h"
+#include "kernels/mode.h"
 
 int main(int argc, char** argv) {
   using namespace attnmt;
@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
                  "LibTorch intra-op threads (0 = same as --threads; 1 avoids OpenMP/OpenBLAS contention)")
       ->capture_default_str();
   app.add_option("--device", g.device, "auto|cpu|cuda|cuda:N (auto = CUDA when available; default: the config's)");
+  app.add_option("--kernels", g.kernels,
+                 "auto|reference: attnmt's CPU kernels where they apply, or plain LibTorch operations everywhere (the path "
+                 "a CUDA device takes); default: ATTNMT_KERNELS, else auto");
 
   std::vector<cli::Command> commands = {
       cli::setup_train(app, g),     cli::setup_evaluate(app, g), cli::setup_translate(app, g),
@@ -90,13 +93,18 @@ int main(int argc, char** argv) {
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
     spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
                  t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
-    if (const char* pk = std::getenv("ATTNMT_PRODUCTS"); pk && *pk) {
-      ProductKernel k;
-      if (!parse_product_kernel(pk, &k))
-        throw UsageError(std::string("ATTNMT_PRODUCTS must be auto, packed or blas, got '") + pk + "'");
-      set_product_kernel(k);
+    // The kernel switch (kernels/mode.h): the flag, else ATTNMT_KERNELS (tests and scripts), else auto.
+    std::string kernels = g.kernels;
+    const char* env_kernels = std::getenv("ATTNMT_KERNELS");
+    const bool from_env = kernels.empty() && env_kernels && *env_kernels;
+    if (from_env) kernels = env_kernels;
+    if (!kernels.empty()) {
+      KernelMode m;
+      if (!parse_kernel_mode(kernels, &m))
+        throw UsageError(std::string(from_env ? "ATTNMT_KERNELS" : "--kernels") + " must be auto or reference, got '" + kernels + "'");
+      set_kernel_mode(m);
     }
-    spdlog::info("training products: {}", product_kernel_choice());
+    spdlog::info("kernels: {}", kernel_choice());
     for (auto& c : commands)
       if (app.got_subcommand(c.app)) return c.run();
     return kExitUsage;

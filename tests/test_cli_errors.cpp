@@ -276,18 +276,26 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
   });
 }
 
-// ATTNMT_PRODUCTS chooses training's product kernel: a value it does not know is bad input (one line, exit 2); a
-// known one is taken and logged.
-TEST(BadInputCatalogue, ProductKernelVariable) {
-  std::string w = make_work("cat_products", false);
-  CliResult bad = run_cli("config -c " + w + "/good.json", "", "ATTNMT_PRODUCTS=fast");
+// --kernels (or ATTNMT_KERNELS) switches attnmt's CPU kernels for their references: a value it does not know is bad
+// input (one line naming where it came from, exit 2); a known one is taken and logged; the flag wins over the variable.
+TEST(BadInputCatalogue, KernelSwitch) {
+  std::string w = make_work("cat_kernels", false);
+  CliResult bad = run_cli("config -c " + w + "/good.json", "", "ATTNMT_KERNELS=fast");
   EXPECT_EQ(bad.code, 2) << bad.output;
   auto errors = error_lines(bad.output);
   ASSERT_EQ(errors.size(), 1u) << bad.output;
-  EXPECT_NE(errors[0].find("ATTNMT_PRODUCTS must be auto, packed or blas, got 'fast'"), std::string::npos) << errors[0];
-  CliResult blas = run_cli("config -c " + w + "/good.json", "", "ATTNMT_PRODUCTS=blas");
-  EXPECT_EQ(blas.code, 0) << blas.output;
-  EXPECT_NE(blas.output.find("training products: BLAS (ATTNMT_PRODUCTS=blas"), std::string::npos) << blas.output;
+  EXPECT_NE(errors[0].find("ATTNMT_KERNELS must be auto or reference, got 'fast'"), std::string::npos) << errors[0];
+  CliResult bad_flag = run_cli("--kernels packed config -c " + w + "/good.json");
+  EXPECT_EQ(bad_flag.code, 2) << bad_flag.output;
+  errors = error_lines(bad_flag.output);
+  ASSERT_EQ(errors.size(), 1u) << bad_flag.output;
+  EXPECT_NE(errors[0].find("--kernels must be auto or reference, got 'packed'"), std::string::npos) << errors[0];
+  CliResult ref = run_cli("config -c " + w + "/good.json", "", "ATTNMT_KERNELS=reference");
+  EXPECT_EQ(ref.code, 0) << ref.output;
+  EXPECT_NE(ref.output.find("kernels: reference (plain LibTorch operations"), std::string::npos) << ref.output;
+  CliResult flag = run_cli("config -c " + w + "/good.json --kernels auto", "", "ATTNMT_KERNELS=reference");
+  EXPECT_EQ(flag.code, 0) << flag.output;
+  EXPECT_NE(flag.output.find("kernels: auto (CPU kernels in"), std::string::npos) << flag.output;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The documentation's links: every relative link in README.md, docs/, configs/ and data/ names a file of the
+// The documentation's links: every relative link in README.md, docs/, configs/, data/ and src/ names a file of the
 // repository, and every #anchor a heading of the page it points to (GitHub's slugs).
 #include <gtest/gtest.h>
 
@@ -18,7 +18,7 @@ namespace fs = std::filesystem;
 std::vector<fs::path> markdown_files() {
   const fs::path root = source_dir();
   std::vector<fs::path> files = {root / "README.md"};
-  for (const char* dir : {"docs", "configs", "data"}) {
+  for (const char* dir : {"docs", "configs", "data", "src"}) {
     if (!fs::is_directory(root / dir)) continue;
     for (const auto& e : fs::recursive_directory_iterator(root / dir))
       if (e.is_regular_file() && e.path().extension() == ".md") files.push_back(e.path());

@@ -10,9 +10,11 @@
 #include "common/runtime.h"
 #include "data/vocab.h"
 #include "model/attention.h"
-#include "model/gru_kernel.h"
-#include "model/recurrence.h"
-#include "model/output_kernel.h"
+#include "kernels/gru_gates.h"
+#include "kernels/gru_recurrence.h"
+#include "kernels/packed_product.h"
+#include "kernels/softmax_rows.h"
+#include "kernels/additive_scores.h"
 #include "model/seq2seq.h"
 
 using namespace attnmt;
@@ -431,7 +433,7 @@ TEST(OutputKernel, PackedLinearEqualsLinear) {
   EXPECT_THROW(packed(torch::randn({2, 7}), w, b), c10::Error);
 }
 
-// Training's products on the packed kernel (forced on, as ATTNMT_PRODUCTS=packed does): train_linear's output and
+// Training's products on the packed kernel (forced on): train_linear's output and
 // its three gradients, and product() with transposed views, against the same computed in double; with the BLAS
 // forced, train_linear is torch's linear exactly. kAuto takes the packed kernel exactly where the BLAS runs a
 // narrower family than the CPU's AVX-512.
@@ -725,7 +727,7 @@ TEST(Rnn, DecodingEncoderRunEqualsPacked) {
 
 // The encoder's padded-batch GRU run equals the packed run: outputs (zero at padding), final states, and the
 // gradients of the input and of every weight, for 1 and 2 layers, one and both directions. forward_lengths (one
-// autograd node per layer and direction while training, model/recurrence.h) against ATen's packed-sequence GRU:
+// autograd node per layer and direction while training, kernels/gru_recurrence.h) against ATen's packed-sequence GRU:
 // in double to 1e-10, and in float (where its per-step
 // products run on packed weights on AVX-512 CPUs; 3H = 36 columns: one whole 32-column panel and a part) to
 // float rounding.
@@ -884,7 +886,7 @@ TEST(Model, FastPathsGiveTheStepwiseGradients) {
 }
 
 // The same in float for the fused Bahdanau recurrence, whose per-step products run on packed weights there
-// (model/output_kernel.h, where the CPU has AVX-512): every parameter's gradient equals the step-by-step
+// (kernels/packed_product.h, where the CPU has AVX-512): every parameter's gradient equals the step-by-step
 // path's (ATen's products) to float rounding.
 TEST(Model, FusedRecurrenceInFloatGivesTheStepwiseGradients) {
   TinyBatch b = tiny_batch();

@@ -5,7 +5,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/share_threads.h"
+#include "kernels/share_threads.h"
 
 using namespace attnmt;
 

@@ -9,8 +9,8 @@
 #include "data/toy_corpus.h"
 #include "support.h"
 #include "eval/run_dir.h"
-#include "model/output_kernel.h"
-#include "train/adam_step.h"
+#include "kernels/packed_product.h"
+#include "kernels/adam.h"
 #include "train/trainer.h"
 
 using namespace attnmt;
@@ -66,7 +66,7 @@ TEST(Train, SameSeedSameNumbers) {
   EXPECT_NE(log.find("vocabularies: source"), std::string::npos);
 }
 
-// Training's products on the packed kernel and on the BLAS (model/output_kernel.h): the same trajectory to float
+// Training's products on the packed kernel and on the BLAS (kernels/packed_product.h): the same trajectory to float
 // rounding, and each of the two deterministic on its own (the run above takes whichever the machine chooses).
 TEST(Train, PackedProductsGiveTheBlasTrajectory) {
   if (!PackedLinear::available()) {
@@ -428,7 +428,7 @@ TEST(Train, SequenceLossMatchesStockCrossEntropy) {
     EXPECT_LT((g_ours - g_ref).abs().max().item<double>(), 1e-10) << "eps " << eps;
     EXPECT_EQ(g_ours[0][4].abs().sum().item<double>(), 0.0);  // a <pad> target gets no gradient
     EXPECT_GT(g_ours[0][3].abs().sum().item<double>(), 0.0);
-    // Float logits take the row kernels (model/output_kernel.h): the same loss and gradient to float precision.
+    // Float logits take the row kernels (kernels/packed_product.h): the same loss and gradient to float precision.
     torch::Tensor lf = logits.detach().to(torch::kFloat).requires_grad_(true);
     torch::Tensor ours_f = sequence_loss(lf, target, eps);
     torch::Tensor g_f = torch::autograd::grad({ours_f * 0.5}, {lf})[0];
@@ -527,6 +527,19 @@ TEST(Bench, JsonFiguresAreConsistent) {
   else EXPECT_EQ(j.at("matmul_gflops_packed").get<double>(), 0);
   EXPECT_EQ(j["matmul_gflops"].get<double>(), std::max(j["matmul_gflops_blas"].get<double>(), j["matmul_gflops_packed"].get<double>()));
   EXPECT_EQ(j.at("training_products").get<std::string>(), product_kernel_choice());
+  EXPECT_EQ(j.at("kernels").get<std::string>(), "auto");
+  // Under --kernels reference bench says so, and still measures the machine's best product rate.
+  auto ref = test::run_cli("--log-level warn --kernels reference bench -c " + dir + "/model.json --attention bahdanau --steps 2 "
+                           "--batch 8 --vocab 40 --json");
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  ASSERT_NE(ref.output.find('{'), std::string::npos) << ref.output;
+  const nlohmann::json jr = nlohmann::json::parse(ref.output.substr(ref.output.find('{')));
+  EXPECT_EQ(jr.at("kernels").get<std::string>(), "reference");
+  EXPECT_NE(jr.at("kernel_choice").get<std::string>().find("plain LibTorch operations"), std::string::npos);
+  EXPECT_NE(jr.at("training_products").get<std::string>().find("--kernels reference"), std::string::npos);
+  if (PackedLinear::available()) EXPECT_GT(jr.at("matmul_gflops_packed").get<double>(), 0);
+  ASSERT_EQ(jr.at("rows").size(), 1u);
+  EXPECT_GT(jr["rows"][0].at("train_tokens_per_s").get<double>(), 0);
   // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.
   const auto& peak = j.at("cpu_peak");
   const double product = peak.at("cores").get<double>() * peak.at("lanes").get<double>() * peak.at("fma_units").get<double>() * 2 *

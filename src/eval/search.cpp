@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "data/special_tokens.h"
-#include "model/output_kernel.h"
+#include "kernels/softmax_rows.h"
 
 namespace attnmt {
 

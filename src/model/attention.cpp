@@ -1,5 +1,7 @@
 #include "model/attention.h"
 
+#include "kernels/mode.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -57,7 +59,7 @@ struct AdditiveScores : public torch::autograd::Function<AdditiveScores> {
   }
 };
 // One query per sentence and no gradient wanted (a decoder step while searching): the row kernels of
-// model/additive_kernel.h take the place of bmm's B tiny products.
+// kernels/additive_scores.h take the place of bmm's B tiny products.
 bool one_query_without_grad(const torch::Tensor& query) { return query.size(1) == 1 && !torch::GradMode::is_enabled(); }
 // sum_s w[b, t, s] values[b, s, :]  [B, T, C]
 torch::Tensor context(const torch::Tensor& w, const torch::Tensor& values) {
@@ -81,6 +83,7 @@ torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys
               wq.sizes(), ", ", keys.sizes(), ", ", v.sizes());
   TORCH_CHECK(wq.size(0) == keys.size(0) && wq.size(2) == keys.size(2) && keys.size(2) == v.size(0),
               "additive_scores: dims disagree: ", wq.sizes(), ", ", keys.sizes(), ", ", v.sizes());
+  if (!kernels_on(wq.device())) return torch::matmul(torch::tanh(wq.unsqueeze(2) + keys.unsqueeze(1)), v);  // the reference
   if (!torch::GradMode::is_enabled() || !(wq.requires_grad() || keys.requires_grad() || v.requires_grad()))
     return additive_scores_forward(wq, keys, v, nullptr);  // decoding: no tanh values kept
   return AdditiveScores::apply(wq, keys, v);

@@ -8,8 +8,8 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
-#include "model/additive_kernel.h"
-#include "model/output_kernel.h"
+#include "kernels/additive_scores.h"
+#include "kernels/packed_product.h"
 
 namespace attnmt {
 

@@ -1,7 +1,8 @@
 #include "model/decoder.h"
 
 #include "data/special_tokens.h"
-#include "model/recurrence.h"
+#include "kernels/gru_recurrence.h"
+#include "kernels/mode.h"
 
 namespace attnmt {
 
@@ -108,7 +109,7 @@ DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_fo
   if (luong_style_) return DecoderPath::kTokenByToken;  // input feeding: each step needs the previous h~
   if (!attention_) return DecoderPath::kFixedContext;
   const bool additive = dynamic_cast<const AdditiveAttention*>(attention_.get()) != nullptr;
-  if (additive && !rnn->is_lstm() && layers_ == 1 && device.is_cpu()) return DecoderPath::kFusedRecurrence;
+  if (additive && !rnn->is_lstm() && layers_ == 1 && kernels_on(device)) return DecoderPath::kFusedRecurrence;
   return DecoderPath::kSteppedRecurrence;
 }
 
@@ -159,7 +160,7 @@ DecoderOutput DecoderImpl::forward_fixed_context(const torch::Tensor& tgt_in, De
 DecoderOutput DecoderImpl::forward_fused_recurrence(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
                                                     const torch::Tensor& rows) {
   // One GRU layer with additive attention on the CPU: the stepped recurrence as one autograd node
-  // (model/recurrence.h).
+  // (kernels/gru_recurrence.h).
   torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
   const auto* additive = dynamic_cast<const AdditiveAttention*>(attention_.get());
   const int64_t E = e_all.size(2);

@@ -8,7 +8,7 @@
 #include "common/config.h"
 #include "model/attention.h"
 #include "model/encoder.h"
-#include "model/output_kernel.h"
+#include "kernels/packed_product.h"
 #include "model/rnn.h"
 
 namespace attnmt {
@@ -63,7 +63,7 @@ class DecoderImpl : public torch::nn::Module {
   // With rows (int64 flat positions b * T + t) the readout is computed at those positions only: [N, R].
   DecoderOutput forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
                         double teacher_forcing = 1.0, bool stepwise = false, const torch::Tensor& rows = {});
-  // The output layer; while decoding (eval mode, no gradients) through its packed copy (model/output_kernel.h).
+  // The output layer; while decoding (eval mode, no gradients) through its packed copy (kernels/packed_product.h).
   torch::Tensor logits(const torch::Tensor& readout);
   bool has_attention() const { return static_cast<bool>(attention_); }
   bool luong_style() const { return luong_style_; }

@@ -1,13 +1,13 @@
 #include "model/loss.h"
 
 #include "data/special_tokens.h"
-#include "model/output_kernel.h"
+#include "kernels/softmax_rows.h"
 
 namespace attnmt {
 
 namespace {
 // Label-smoothed cross-entropy summed over the rows whose target is not <pad>, in one autograd node; float
-// logits on the CPU go through the row kernels of model/output_kernel.h (two passes forward, one backward).
+// logits on the CPU go through the row kernels of kernels/packed_product.h (two passes forward, one backward).
 // Backward writes the gradient softmax(x) - (1 - eps) onehot(t) - eps / V into one [N, V] buffer; the
 // stock cross_entropy keeps log_softmax's output and builds several [N, V] gradients on the way.
 struct SmoothedCrossEntropy : public torch::autograd::Function<SmoothedCrossEntropy> {

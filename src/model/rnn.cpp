@@ -1,6 +1,7 @@
 #include "model/rnn.h"
 
-#include "model/recurrence.h"
+#include "kernels/gru_recurrence.h"
+#include "kernels/mode.h"
 
 namespace attnmt {
 
@@ -30,11 +31,11 @@ RnnImpl::RnnImpl(RnnCell cell, int64_t input, int64_t hidden, int64_t layers, do
 }
 
 namespace {
-// One GRU layer and direction as a single autograd node (model/recurrence.h): training on the CPU. A single step too
+// One GRU layer and direction as a single autograd node (kernels/gru_recurrence.h): training on the CPU. A single step too
 // (a decoder stepping for input feeding) where training's products are packed: ATen's GRU would hand the BLAS six
 // small products per step, whose threads then spin against the packed kernel's helpers on the other core.
 bool use_gru_sequence(const torch::Tensor& x) {
-  return x.is_cpu() && torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
+  return kernels_on(x.device()) && torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
 }
 
 torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
@@ -60,7 +61,7 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, cons
 std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const RnnState& state) {
   TORCH_CHECK(x.dim() == 2, "Rnn::step: x must be [B, In], got ", x.sizes());
   TORCH_CHECK(!bidirectional_, "Rnn::step: one direction only");
-  if (is_training() || torch::GradMode::is_enabled() || !x.is_cpu() || !state.h.defined()) {
+  if (is_training() || torch::GradMode::is_enabled() || !kernels_on(x.device()) || !state.h.defined()) {
     auto [y, st] = forward(x.unsqueeze(1), state);
     return {y.squeeze(1), st};
   }
@@ -136,7 +137,7 @@ torch::Tensor RnnImpl::packed_gru_layer(const torch::Tensor& x, size_t which, co
 }
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
-  if (lstm || !x.device().is_cpu()) return forward_packed(x, lengths);
+  if (lstm || !kernels_on(x.device())) return forward_packed(x, lengths);  // the reference
   TORCH_CHECK(x.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == x.size(0), "Rnn::forward_lengths: x [B, S, In] and lengths [B] expected, got ",
               x.sizes(), " and ", lengths.sizes());
   const int64_t B = x.size(0), S = x.size(1);

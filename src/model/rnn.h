@@ -4,7 +4,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
-#include "model/output_kernel.h"
+#include "kernels/packed_product.h"
 
 namespace attnmt {
 
@@ -30,7 +30,7 @@ class RnnImpl : public torch::nn::Module {
   std::pair<torch::Tensor, RnnState> forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths);
   // One time step of a one-direction RNN: x [B, In] -> top layer's output [B, H] and the new state. While
   // decoding (eval mode, no gradients) each layer's two products go through packed copies of the weights
-  // (model/output_kernel.h) and the gates are a few elementwise ops; otherwise forward() over one step.
+  // (kernels/packed_product.h) and the gates are a few elementwise ops; otherwise forward() over one step.
   std::pair<torch::Tensor, RnnState> step(const torch::Tensor& x, const RnnState& state);
   bool is_lstm() const { return static_cast<bool>(lstm); }
   int64_t layers() const { return layers_; }

@@ -26,7 +26,7 @@
 #include "eval/run_dir.h"
 #include "eval/search.h"
 #include "train/distributed.h"
-#include "train/adam_step.h"
+#include "kernels/adam.h"
 #include "train/snapshots.h"
 #include "viz/charts.h"
 

@@ -1,6 +1,7 @@
-// Hand-written CPU kernels for the output layer, kept apart from their callers as SIMD code is: the greedy choice
-// over rows of logits without a log-softmax and the training loss's rows and gradient (4, 8 (AVX2) or 16
-// (AVX-512) lanes chosen at run time), and the output layer's product with its weights packed once (AVX-512).
+// The packed matrix product (AVX-512): x W^T + b with W packed once into panels of 32 output columns, for a
+// decoder step's few rows (PackedLinear) and for training's products (train_linear, product, batched_product).
+// Reference: torch's linear, mm and bmm, which every function here falls back to where the kernel does not apply
+// (--kernels reference, another device, not float, no AVX-512) or where the BLAS runs as wide a kernel.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -8,34 +9,6 @@
 #include <torch/torch.h>
 
 namespace attnmt {
-
-struct RowArgmax {
-  torch::Tensor ids;   // [B] int64: the first index of each row's largest logit
-  torch::Tensor logp;  // [B] float: that token's log-probability, -log(sum_v exp(x_v - max))
-};
-
-// What log_softmax(logits).max(-1) gives, in two passes over each row (max, then the sum of exponentials)
-// where ATen's log_softmax and max make four and write a [B, V] tensor. logits: [B, V]. Float rows on the
-// CPU use the kernel (at most max_lanes lanes: 4, 8 or 16; for tests), anything else ATen's ops.
-RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes = 16);
-
-// The rows of the label-smoothed cross-entropy over logits [N, V] (float, CPU; false and nothing written
-// otherwise): lse_i = log sum_v exp(x_iv) and loss_i = (1 - eps) (lse_i - x_i[t_i]) + eps (lse_i - mean_v x_iv),
-// loss_i = 0 where valid_i is false. Two passes over a row (its maximum and sum, then the sum of exponentials),
-// where ATen's logsumexp, gather and mean make five and write a [N, V] temporary. A row with a non-finite
-// logit is computed in double with the C library (its loss is then NaN or infinite, as ATen's would be). Rows
-// are shared between as many threads as the BLAS uses; each row's result does not depend on that.
-struct CrossEntropyRows {
-  torch::Tensor loss;  // [N] float
-  torch::Tensor lse;   // [N] float (0 where not valid)
-};
-bool cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& valid, double eps,
-                        CrossEntropyRows* out, int max_lanes = 16);
-// Its gradient in one pass, scale_i (softmax(x_i) - eps / V - (1 - eps) onehot(t_i)), written into a new [N, V]
-// tensor (zero rows where scale_i is 0); logits, target and lse as above, scale [N] float. False and nothing
-// written where the kernel does not apply.
-bool cross_entropy_grad(const torch::Tensor& logits, const torch::Tensor& target, const torch::Tensor& lse,
-                        const torch::Tensor& scale, double eps, torch::Tensor* grad, int max_lanes = 16);
 
 // x W^T + b (a decoder step's few rows, or training's products through train_linear), with W [V, K] packed into panels of 32 output
 // columns ([V/32, K, 32]) that each step reads as they lie. ATen hands such a product to the BLAS, which packs
@@ -64,7 +37,8 @@ class PackedLinear {
 // weight gradients). kAuto: the packed kernel where the CPU has AVX-512 and the BLAS runs a narrower kernel
 // family (OpenBLAS's Haswell or Zen kernels, for instance because OPENBLAS_CORETYPE says so: there the packed
 // kernel runs these products about 1.8x faster); the BLAS otherwise (an OpenBLAS AVX-512 family, or another
-// BLAS). ATTNMT_PRODUCTS=blas|packed|auto in the environment sets it for a process (set_product_kernel).
+// BLAS). Under --kernels reference always torch's products. kPacked and kBlas force one or the other, for tests
+// that compare the two (set_product_kernel).
 enum class ProductKernel { kAuto, kPacked, kBlas };
 void set_product_kernel(ProductKernel k);
 // Parses "auto" | "packed" | "blas"; false for anything else.

@@ -1,7 +1,7 @@
 // The GRU cell's gate arithmetic as one pass over each row (float CPU tensors, 16/8/4 lanes chosen at run time,
-// rows shared between threads), for the recurrences of model/recurrence.h: ATen runs it as about eight passes
+// rows shared between threads), for the recurrences of kernels/gru_recurrence.h: ATen runs it as about eight passes
 // (adds, sigmoid, tanh, multiply-adds) forward and fifteen backward over [B, H]-sized tensors, each behind its own
-// dispatch, for every step. Kept apart from its callers, as the other SIMD kernels of model/ are.
+// dispatch, for every step. Reference: the composed ops in gru_cell (kernels/gru_recurrence.h).
 #pragma once
 #include <torch/torch.h>
 

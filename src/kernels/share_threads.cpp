@@ -1,4 +1,4 @@
-#include "common/share_threads.h"
+#include "kernels/share_threads.h"
 
 #include <pthread.h>
 #include <sched.h>

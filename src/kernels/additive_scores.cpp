@@ -1,7 +1,8 @@
-#include "model/additive_kernel.h"
+#include "kernels/additive_scores.h"
 
-#include "common/share_threads.h"
-#include "model/lanes.h"
+#include "kernels/share_threads.h"
+#include "kernels/lanes.h"
+#include "kernels/mode.h"
 
 #include <algorithm>
 #include <atomic>
@@ -206,7 +207,7 @@ __attribute__((target("avx512f"))) void additive_backward_avx512(const AdditiveB
 
 bool float_cpu(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& c) {
   for (const auto* t : {&a, &b, &c})
-    if (!t->is_cpu() || t->scalar_type() != torch::kFloat) return false;
+    if (!kernels_for(*t)) return false;
   return true;
 }
 }  // namespace
@@ -239,7 +240,7 @@ torch::Tensor additive_scores_backward(const torch::Tensor& e, const torch::Tens
                                        torch::Tensor& g_keys, torch::Tensor& g_v) {
   const torch::Tensor gs = grad_scores.contiguous();  // [B, T, S]
   const int64_t B = e.size(0), T = e.size(1), S = e.size(2), A = e.size(3);
-  if (!e.is_cpu() || !e.is_contiguous() || !g_keys.is_contiguous()) {  // other devices: the same math in composed ops
+  if (!kernels_for(e) || !e.is_contiguous() || !g_keys.is_contiguous()) {  // other devices: the same math in composed ops
     torch::Tensor g = gs.unsqueeze(-1) * v * (1 - e * e);
     g_keys.add_(g.sum(1));
     g_v.add_((gs.unsqueeze(-1) * e).sum({0, 1, 2}));

@@ -1,4 +1,4 @@
-#include "train/adam_step.h"
+#include "kernels/adam.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,8 +8,9 @@
 #include <immintrin.h>
 #endif
 
-#include "common/share_threads.h"
-#include "model/lanes.h"
+#include "kernels/share_threads.h"
+#include "kernels/lanes.h"
+#include "kernels/mode.h"
 
 namespace attnmt {
 
@@ -72,7 +73,7 @@ __attribute__((target("avx512f"))) void adam_span_avx512(const AdamArgs& a, int6
 }
 #endif
 
-bool fits(const torch::Tensor& t) { return t.defined() && t.is_cpu() && t.scalar_type() == torch::kFloat && t.is_contiguous() && !t.is_sparse(); }
+bool fits(const torch::Tensor& t) { return t.defined() && kernels_for(t) && t.is_contiguous() && !t.is_sparse(); }
 }  // namespace
 
 void adam_step(torch::optim::Adam& optim, int max_lanes) {
@@ -121,7 +122,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
         adam_span_plain(a, i0, i1);
       });
       // Written through raw pointers: bump the version counters as an in-place op would (packed copies of the
-      // weights, model/output_kernel.h, are refreshed by them).
+      // weights, kernels/packed_product.h, are refreshed by them).
       for (const torch::Tensor* t : {&p, &st.exp_avg(), &st.exp_avg_sq()}) t->unsafeGetTensorImpl()->bump_version();
     }
   }

@@ -1,11 +1,12 @@
-#include "model/gru_kernel.h"
+#include "kernels/gru_gates.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "common/share_threads.h"
-#include "model/lanes.h"
+#include "kernels/share_threads.h"
+#include "kernels/lanes.h"
+#include "kernels/mode.h"
 
 namespace attnmt {
 
@@ -95,7 +96,7 @@ __attribute__((target("avx512f"))) void gru_backward_avx512(const GruArgs& a, in
 
 // Float CPU, two dimensions, unit stride along a row (rows may be further apart: views of a larger tensor).
 bool rows_fit(const torch::Tensor& t, int64_t B, int64_t width) {
-  return t.defined() && t.is_cpu() && t.scalar_type() == torch::kFloat && t.dim() == 2 && t.size(0) == B && t.size(1) == width &&
+  return t.defined() && kernels_for(t) && t.dim() == 2 && t.size(0) == B && t.size(1) == width &&
          (t.stride(1) == 1 || width == 1) && t.stride(0) >= width;
 }
 }  // namespace

@@ -1,4 +1,4 @@
-// N floats at a time with GCC/Clang vector extensions, for the hand-written CPU kernels of model/: 4 lanes
+// N floats at a time with GCC/Clang vector extensions, for the hand-written CPU kernels of src/kernels/: 4 lanes
 // (SSE on x86-64, NEON on ARM, plain code elsewhere) everywhere; on x86-64 also 8 (AVX2) and 16 (AVX-512)
 // lanes in functions compiled for those instruction sets, chosen at run time from what the CPU supports
 // (a portable build cannot assume them).

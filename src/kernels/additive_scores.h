@@ -1,6 +1,6 @@
 // The additive (Bahdanau / Luong concat) attention scores v^T tanh(wq_t + k_s) as hand-written CPU kernels:
 // a one-pass float forward in 4, 8 (AVX2) or 16 (AVX-512) lanes chosen at run time, and a one-pass backward.
-// Kept apart from the attention modules that call them (model/attention.h), as SIMD code should be.
+// Called by the attention modules (model/attention.h); the reference is the composed ops there (--kernels reference).
 #pragma once
 #include <torch/torch.h>
 

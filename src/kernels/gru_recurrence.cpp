@@ -1,9 +1,11 @@
-#include "model/recurrence.h"
+#include "kernels/gru_recurrence.h"
 
-#include "model/additive_kernel.h"
-#include "model/attention.h"
-#include "model/gru_kernel.h"
-#include "model/output_kernel.h"
+#include <limits>
+#include <vector>
+
+#include "kernels/additive_scores.h"
+#include "kernels/gru_gates.h"
+#include "kernels/packed_product.h"
 
 namespace attnmt {
 
@@ -34,7 +36,7 @@ struct GruSequence : public torch::autograd::Function<GruSequence> {
   static Tensor forward(AutogradContext* ctx, const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
     const int64_t T = gi_x.size(1), H = h0.size(1);
     const Tensor gi_steps = gi_x.transpose(0, 1);  // [T, B, 3H]
-    PackedLinear hh_product;  // B rows per step: W_hh packed once for all T steps (model/output_kernel.h)
+    PackedLinear hh_product;  // B rows per step: W_hh packed once for all T steps (kernels/packed_product.h)
     std::vector<Tensor> hs = {h0}, rz, n, ghn;
     for (int64_t t = 0; t < T; ++t) {
       const Tensor gh = hh_product(hs.back(), w_hh, b_hh);
@@ -75,7 +77,7 @@ struct AdditiveGru : public torch::autograd::Function<AdditiveGru> {
     const Tensor b_hq = torch::cat({b_hh, torch::zeros({A}, b_hh.options())});  // the query has no bias
     const Tensor gi_steps = gi_x.transpose(0, 1);                             // [T, B, 3H]
     const Tensor blocked = mask.logical_not();
-    // The per-step products have B rows each: their weights are packed once for all T steps (model/output_kernel.h).
+    // The per-step products have B rows each: their weights are packed once for all T steps (kernels/packed_product.h).
     PackedLinear hq_product, ctx_product;
     std::vector<Tensor> hs = {h0}, rz, n, ghn, queries, alpha, ctxs;
     for (int64_t t = 0; t < T; ++t) {
