@@ -374,8 +374,8 @@ TEST(Train, FusedAdamStepEqualsLibTorchAdam) {
     }
     ASSERT_EQ(ours.state().size(), ref.state().size());
     for (size_t i = 0; i < a.size(); ++i) {
-      const auto& st = static_cast<const torch::optim::AdamParamState&>(*ours.state().at(c10::guts::to_string(a[i].unsafeGetTensorImpl())));
-      const auto& rs = static_cast<const torch::optim::AdamParamState&>(*ref.state().at(c10::guts::to_string(b[i].unsafeGetTensorImpl())));
+      const auto& st = static_cast<const torch::optim::AdamParamState&>(*ours.state().at(optimizer_state_key(ours.state(), a[i])));
+      const auto& rs = static_cast<const torch::optim::AdamParamState&>(*ref.state().at(optimizer_state_key(ref.state(), b[i])));
       EXPECT_EQ(st.step(), 6);
       EXPECT_LT((st.exp_avg() - rs.exp_avg()).abs().max().item<double>(), 1e-6);
       EXPECT_LT((st.exp_avg_sq() - rs.exp_avg_sq()).abs().max().item<double>(), 1e-5);

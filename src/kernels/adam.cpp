@@ -83,7 +83,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       if (!fits(p) || !fits(p.grad())) return static_cast<void>(optim.step());
-      auto it = optim.state().find(c10::guts::to_string(p.unsafeGetTensorImpl()));
+      auto it = optim.state().find(optimizer_state_key(optim.state(), p));
       if (it != optim.state().end()) {
         const auto& st = static_cast<const torch::optim::AdamParamState&>(*it->second);
         if (!fits(st.exp_avg()) || !fits(st.exp_avg_sq())) return static_cast<void>(optim.step());
@@ -97,7 +97,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+      const auto key = optimizer_state_key(optim.state(), p);
       auto it = optim.state().find(key);
       if (it == optim.state().end()) {  // the state LibTorch's step would create
         auto st = std::make_unique<torch::optim::AdamParamState>();

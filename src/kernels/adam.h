@@ -2,6 +2,10 @@
 // the optimizer's own state (the same exp_avg / exp_avg_sq / step entries, so checkpoints and resuming are
 // unchanged), where LibTorch's step makes eight passes over every parameter and allocates two temporaries.
 #pragma once
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #include <torch/torch.h>
 
 namespace attnmt {
@@ -10,5 +14,19 @@ namespace attnmt {
 // through optim.step() (the whole step then, so that every parameter is updated the same way). max_lanes (4, 8 or
 // 16) caps the vector lanes, for tests.
 void adam_step(torch::optim::Adam& optim, int max_lanes = 16);
+
+// The key a LibTorch optimizer keeps a parameter's state under: the address of its TensorImpl as text in LibTorch 1.x
+// (std::string keys), the address itself in 2.x (void* keys). The one place that knows the difference.
+template <class StateMap>
+typename StateMap::key_type optimizer_state_key(const StateMap&, const torch::Tensor& p) {
+  using Key = typename StateMap::key_type;
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream os;  // what LibTorch 1.x writes: operator<< of the pointer
+    os << p.unsafeGetTensorImpl();
+    return os.str();
+  } else {
+    return static_cast<Key>(p.unsafeGetTensorImpl());
+  }
+}
 
 }  // namespace attnmt

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #ifdef ATTNMT_HAVE_C10D
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #ifdef ATTNMT_HAVE_NCCL
@@ -62,9 +63,17 @@ DistSpec dist_spec_from_env() {
 
 bool distributed_available() { return true; }
 
+// What the Gloo and NCCL groups derive from, the type whose collectives attnmt calls: c10d::ProcessGroup in LibTorch
+// 1.x, c10d::Backend from 2.0 on (where a ProcessGroup dispatches to backends). The one place that knows the difference.
+#if TORCH_VERSION_MAJOR >= 2
+using CollectiveGroup = c10d::Backend;
+#else
+using CollectiveGroup = c10d::ProcessGroup;
+#endif
+
 struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<CollectiveGroup> pg;
   std::string backend;
   std::vector<torch::Tensor> buckets;
 };
