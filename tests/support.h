@@ -7,10 +7,12 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "common/config.h"
 #include "data/toy_corpus.h"
@@ -49,6 +51,14 @@ inline std::string write_file(const std::string& path, const std::string& text) 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A run directory's metrics.jsonl, one JSON object per validation.
+inline std::vector<nlohmann::json> read_metrics(const std::string& run_dir) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(read_file(run_dir + "/metrics.jsonl"));
+  for (std::string line; std::getline(in, line);) out.push_back(nlohmann::json::parse(line));
+  return out;
 }
 
 struct CliResult {

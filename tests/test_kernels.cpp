@@ -73,13 +73,7 @@ Config config_for(const Kind& k, const std::string& run_dir) {
   return c;
 }
 
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(test::read_file(dir + "/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+std::vector<nlohmann::json> metrics(const std::string& dir) { return test::read_metrics(dir); }
 
 void train_under(KernelMode m, const Config& c, const TrainOptions& o = {}) {
   const ScopedKernelMode mode(m);

@@ -36,13 +36,7 @@ Config tiny_config(const std::string& run_dir, const std::string& attention = "b
   return c;
 }
 
-std::vector<nlohmann::json> metrics(const std::string& dir) {
-  std::vector<nlohmann::json> out;
-  std::istringstream in(test::read_file(dir + "/metrics.jsonl"));
-  std::string line;
-  while (std::getline(in, line)) out.push_back(nlohmann::json::parse(line));
-  return out;
-}
+std::vector<nlohmann::json> metrics(const std::string& dir) { return test::read_metrics(dir); }
 
 }  // namespace
 

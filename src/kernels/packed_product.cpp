@@ -1,5 +1,6 @@
 #include "kernels/packed_product.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <vector>
