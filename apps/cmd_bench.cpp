@@ -14,6 +14,9 @@
 #include <spdlog/spdlog.h>
 
 #include "commands.h"
+
+#include <ATen/Context.h>
+#include <torch/cuda.h>
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/runtime.h"
@@ -205,13 +208,16 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             base.dropout = 0.0;
             if (!opt->config.empty()) base = load_config(opt->config, {}).model;
             DistSpec spec = dist_spec_from_env();
+            torch::Device dev = resolve_device(g.device.empty() ? "cpu" : g.device);
             if (wants_local_launch(opt->nproc, spec)) {
               variants(opt->attention);  // bad input fails here, once
-              return launch_local_workers(opt->nproc);
+              return launch_local_workers(opt->nproc, dev);
             }
-            torch::Device dev = resolve_device(g.device.empty() ? "cpu" : g.device);
             std::unique_ptr<Distributed> dist;
-            if (spec.world > 1) dist = std::make_unique<Distributed>(spec, dev, std::chrono::minutes(10));
+            if (spec.world > 1) {
+              dev = rank_device(spec, dev);  // one device per rank
+              dist = std::make_unique<Distributed>(spec, dev, std::chrono::minutes(10));
+            }
             const bool main_rank = !dist || dist->is_main();
             const double roof_blas = matmul_gflops(dev), roof_packed = packed_matmul_gflops(dev);
             double roof = std::max(roof_blas, roof_packed);
@@ -276,7 +282,12 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               // FLOPs from the padded batch shape, as configured (padding included, same for every type).
               FlopCount fc = count_flops(m, opt->vocab, batch.src.size(0), S, T);
               r.train_flops_step = fc.train_step();
-              auto train_step = [&]() { trainer.step(&dbatch, batch.tgt_tokens); };
+              // On a GPU a step returns before its work is done (the loss stays there): wait for it, so that the
+              // time is the step's.
+              auto train_step = [&]() {
+                trainer.step(&dbatch, batch.tgt_tokens);
+                if (dev.is_cuda()) torch::cuda::synchronize(dev.index());
+              };
               // Warm-up: a process's first steps run slower than the rest, the fourth among them here (by 40-70 ms
               // with training's products on the packed kernel, the third with OpenBLAS's), so five steps before timing.
               for (int i = 0; i < 5; ++i) train_step();
@@ -410,7 +421,10 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                   {"kernels", kernel_mode_name(kernel_mode())}, {"kernel_choice", kernel_choice()}, {"training_products", product_kernel_choice()}, {"cpu_peak", peak_json}, {"output_layer_gflops_5_rows", out5}, {"output_layer_gflops_80_rows", out80},
                                  {"output_layer_packed_gflops_5_rows", packed5}, {"output_layer_packed_gflops_80_rows", packed80},
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
-                                  {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()}};
+                                  {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()},
+                                  {"device", dev.str()}, {"libtorch", build_description()}};
+              // On CUDA, whether float32 products may run as TF32 (LibTorch's default: no), which sets the roofline.
+              if (dev.is_cuda()) j["cuda_tf32"] = at::globalContext().allowTF32CuBLAS();
               for (const auto& r : rows)
                 j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
                                      {"train_flops_per_step", r.train_flops_step}, {"train_gflops", r.train_gflops},

@@ -41,11 +41,11 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
             validate(cfg);
             check_data_files(cfg, true);
             DistSpec spec = dist_spec_from_env();
-            if (wants_local_launch(opt->nproc, spec)) return launch_local_workers(opt->nproc);
             torch::Device device = resolve_device(cfg.device);
+            if (wants_local_launch(opt->nproc, spec)) return launch_local_workers(opt->nproc, device);
             std::unique_ptr<Distributed> dist;
             if (spec.world > 1) {
-              if (device.is_cuda()) device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.local_rank));
+              device = rank_device(spec, device);
               dist = std::make_unique<Distributed>(spec, device,
                                                    std::chrono::milliseconds(static_cast<int64_t>(opt->dist_timeout_s * 1000)));
               opt->train.dist = dist.get();

@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
   using namespace attnmt;
   CLI::App app{"attnmt: RNN encoder-decoder translation with and without attention", "attnmt"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string(ATTNMT_VERSION));
+  app.set_version_flag("--version", [] { return std::string("attnmt ") + ATTNMT_VERSION + " (" + build_description() + ")"; });
   cli::GlobalOptions g;
   app.add_option("--log-level", g.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   app.add_option("--threads", g.threads, "BLAS threads (0 = all cores)")->capture_default_str();

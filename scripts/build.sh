@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# Configures and builds attnmt (Release) in build/ (or $BUILD_DIR). Extra arguments go to cmake.
+# Configures and builds attnmt (Release). Extra arguments go to cmake.
+#   scripts/build.sh            against Debian's LibTorch, in build/ (or $BUILD_DIR)
+#   scripts/build.sh --pytorch  against the LibTorch inside PyPI's torch (scripts/setup.sh --pytorch installs it;
+#                               CUDA compiled in), in build-pytorch/ (or $BUILD_DIR)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${BUILD_DIR:-build}
+PYTORCH=0
+if [ "${1:-}" = "--pytorch" ]; then PYTORCH=1; shift; fi
 JOBS=${JOBS:-$(nproc)}
 export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+extra=()
+if [ "$PYTORCH" = 1 ]; then
+  BUILD_DIR=${BUILD_DIR:-build-pytorch}
+  venv=${ATTNMT_PYTORCH_VENV:-$PWD/.venv-pytorch}
+  prefix=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
+    echo "build: no PyPI torch in $venv (run scripts/setup.sh --pytorch first)" >&2; exit 2; }
+  # Its lib/ first, so that LibTorch's config finds its own libraries before Debian's in /usr/lib.
+  extra+=("-DCMAKE_PREFIX_PATH=$prefix;$(dirname "$(dirname "$prefix")")")
+  if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
+fi
+BUILD_DIR=${BUILD_DIR:-build}
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >"$BUILD_DIR.configure.log" 2>&1 || {
+  cat "$BUILD_DIR.configure.log" >&2; exit 1; }
+grep "^-- attnmt:" "$BUILD_DIR.configure.log" || true
 start=$(date +%s)
 cmake --build "$BUILD_DIR" -j "$JOBS"
 echo "build: done in $(( $(date +%s) - start ))s ($BUILD_DIR)"

@@ -4,17 +4,27 @@
 #   scripts/test.sh --sanitize  attnmt's own code built with -fsanitize=address,undefined in build-sanitize/
 #                               (LibTorch is not instrumented; tests/sanitizer/lsan.supp lists what is
 #                               suppressed, each entry with the evidence that it is LibTorch's own)
+#   scripts/test.sh --pytorch   built against PyPI's LibTorch (2.x, CUDA compiled in) in build-pytorch/, every test on
+#                               the CPU; with build/attnmt there (the Debian build), checkpoints are also resumed
+#                               across the two (tests/test_versions.cpp)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SANITIZE=0
+PYTORCH=0
 for a in "$@"; do
   case "$a" in
     --sanitize) SANITIZE=1 ;;
-    *) echo "usage: scripts/test.sh [--sanitize]" >&2; exit 2 ;;
+    --pytorch) PYTORCH=1 ;;
+    *) echo "usage: scripts/test.sh [--sanitize | --pytorch]" >&2; exit 2 ;;
   esac
 done
-bash scripts/setup.sh
-if [ "$SANITIZE" = 1 ]; then
+if [ "$PYTORCH" = 1 ]; then
+  bash scripts/setup.sh --pytorch
+  export BUILD_DIR=${BUILD_DIR:-build-pytorch}
+  bash scripts/build.sh --pytorch
+  if [ -z "${ATTNMT_OTHER_BUILD:-}" ] && [ -x build/attnmt ]; then export ATTNMT_OTHER_BUILD=$PWD/build/attnmt; fi
+elif [ "$SANITIZE" = 1 ]; then
+  bash scripts/setup.sh
   export BUILD_DIR=${BUILD_DIR:-build-sanitize}
   # -O1 -g1: line tables are all the sanitizers' reports need; full debug info at -O2 made the cold build
   # of the torch-heavy sources far slower on 2 cores.
@@ -23,6 +33,7 @@ if [ "$SANITIZE" = 1 ]; then
   export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/sanitizer/lsan.supp:print_suppressions=0}
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1:suppressions=$PWD/tests/sanitizer/ubsan.supp}
 else
+  bash scripts/setup.sh
   bash scripts/build.sh
 fi
 BUILD_DIR=${BUILD_DIR:-build}

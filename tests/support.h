@@ -66,6 +66,10 @@ struct CliResult {
   std::string output;  // stdout and stderr together
 };
 
+// The tests check CPU behaviour: every command they run says --device cpu unless it names a device itself, so that
+// on a machine with a GPU they neither train on it nor ask one GPU for several ranks.
+inline bool names_device(const std::string& args) { return args.find("--device") != std::string::npos; }
+
 // Runs the attnmt binary with the given arguments (a shell-quoted string); env: "NAME=VALUE ..." entries
 // added to its environment.
 inline CliResult run_cli(const std::string& args, const std::string& stdin_file = "", const std::string& env = "") {
@@ -74,7 +78,7 @@ inline CliResult run_cli(const std::string& args, const std::string& stdin_file 
     temp_paths().paths.push_back(path);
     return path;
   }();
-  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ATTNMT_BIN) + " " + args + (stdin_file.empty() ? " </dev/null" : " <" + stdin_file) +
+  std::string cmd = (env.empty() ? "" : "env " + env + " ") + std::string(ATTNMT_BIN) + (names_device(args) ? " " : " --device cpu ") + args + (stdin_file.empty() ? " </dev/null" : " <" + stdin_file) +
                     " >" + out + " 2>&1";
   int rc = std::system(cmd.c_str());
   CliResult r;
@@ -88,6 +92,9 @@ inline CliResult run_cli(const std::string& args, const std::string& stdin_file 
 inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& log,
                        const std::vector<std::string>& extra_env = {}) {
   std::vector<std::string> all = {ATTNMT_BIN};
+  bool device = false;
+  for (const auto& a : args) device = device || names_device(a);
+  if (!device) all.insert(all.end(), {"--device", "cpu"});
   all.insert(all.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
@@ -132,6 +139,7 @@ inline std::string tiny_toy_corpus(const std::string& name, int train, int valid
 inline Config tiny_config_for(const std::string& corpus, const std::string& run_dir, const std::string& attention) {
   Config c;
   c.run_dir = run_dir;
+  c.device = "cpu";
   c.data.train = {corpus + "/train.en", corpus + "/train.fr", "", ""};
   c.data.valid = {corpus + "/valid.en", corpus + "/valid.fr", "", ""};
   c.data.test = {corpus + "/test.en", corpus + "/test.fr", "", corpus + "/test.align"};

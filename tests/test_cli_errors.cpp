@@ -10,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "common/runtime.h"
 #include "support.h"
 
 namespace attnmt::test {
@@ -296,6 +297,24 @@ TEST(BadInputCatalogue, KernelSwitch) {
   CliResult flag = run_cli("config -c " + w + "/good.json --kernels auto", "", "ATTNMT_KERNELS=reference");
   EXPECT_EQ(flag.code, 0) << flag.output;
   EXPECT_NE(flag.output.find("kernels: auto (CPU kernels in"), std::string::npos) << flag.output;
+}
+
+// Asking for a GPU where there is none is one line that says which of the two is missing (this build's LibTorch
+// has no CUDA, or it has and no device is visible), exit 2, nothing written; "auto" says what it chose and why.
+TEST(BadInputCatalogue, DeviceWithoutAGpu) {
+  if (cuda_unavailable_reason().empty()) GTEST_SKIP() << "this machine has a CUDA device (scripts/gpu_check.sh checks it)";
+  std::string w = make_work("cat_device", false);
+  for (const std::string dev : {"cuda", "cuda:1"}) {
+    CliResult r = run_cli("--device " + dev + " train -c " + w + "/good.json");
+    EXPECT_EQ(r.code, 2) << r.output;
+    auto errors = error_lines(r.output);
+    ASSERT_EQ(errors.size(), 1u) << r.output;
+    EXPECT_NE(errors[0].find("device '" + dev + "': " + cuda_unavailable_reason()), std::string::npos) << errors[0];
+    EXPECT_FALSE(std::filesystem::exists(w + "/run")) << "a refused run wrote its directory";
+  }
+  CliResult a = run_cli("--device auto train -c " + w + "/good.json --set run_dir=" + w + "/auto_run");
+  EXPECT_EQ(a.code, 0) << a.output;
+  EXPECT_NE(a.output.find("device auto: cpu (" + cuda_unavailable_reason() + ")"), std::string::npos) << a.output;
 }
 
 }  // namespace

@@ -143,7 +143,7 @@ TEST(DiskFull, CheckpointWriteFailsClearlyAndKeepsThePreviousOne) {
   // A file-size limit of half a checkpoint (in 1024-byte blocks): config, logs and metrics still fit.
   std::string out = corpus + "/out.txt";
   std::string cmd = "ulimit -f " + std::to_string(last.size() / 2048) + "; exec " + std::string(ATTNMT_BIN) +
-                    " train -c " + corpus + "/c.json --resume --set train.max_steps=4 >" + out + " 2>&1";
+                    " --device cpu train -c " + corpus + "/c.json --resume --set train.max_steps=4 >" + out + " 2>&1";
   int rc = std::system(cmd.c_str());
   ASSERT_TRUE(WIFEXITED(rc)) << "killed by a signal instead of failing cleanly:\n" << read_file(out);
   EXPECT_EQ(WEXITSTATUS(rc), 1) << read_file(out);

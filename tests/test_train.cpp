@@ -292,7 +292,7 @@ TEST(Train, SigintWritesLastCheckpointAndResumeContinues) {
     int devnull = ::open("/dev/null", O_WRONLY);
     dup2(devnull, 1);
     dup2(devnull, 2);
-    execl(ATTNMT_BIN, ATTNMT_BIN, "train", "--config", cfg.c_str(), static_cast<char*>(nullptr));
+    execl(ATTNMT_BIN, ATTNMT_BIN, "--device", "cpu", "train", "--config", cfg.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }
   // Wait until training steps are being logged (the handlers are installed by then).

@@ -18,6 +18,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <torch/cuda.h>
+#include <torch/version.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 
 #include "common/errors.h"
 
@@ -282,12 +284,35 @@ BlasCheck check_blas_products(bool thorough) {
   return r;
 }
 
+const char* libtorch_version() { return TORCH_VERSION; }
+
+std::string build_description() {
+  std::string d = std::string("LibTorch ") + libtorch_version();
+  if (!at::detail::getCUDAHooks().hasCUDART()) return d + ", CPU only";
+  const long v = at::detail::getCUDAHooks().versionCUDART();  // e.g. 13000
+  return d + " with CUDA " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+std::string cuda_unavailable_reason() {
+  if (!at::detail::getCUDAHooks().hasCUDART()) return "this attnmt's LibTorch was built without CUDA";
+  if (torch::cuda::device_count() == 0) return "this attnmt's LibTorch has CUDA, but no CUDA device is visible";
+  return "";
+}
+
 torch::Device resolve_device(const std::string& spec) {
   if (spec == "cpu") return torch::Device(torch::kCPU);
-  if (spec == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (spec == "auto") {
+    const std::string why = cuda_unavailable_reason();
+    if (why.empty()) {
+      spdlog::info("device auto: cuda:0 ({} CUDA device(s) visible)", torch::cuda::device_count());
+      return torch::Device(torch::kCUDA, 0);
+    }
+    spdlog::info("device auto: cpu ({})", why);
+    return torch::Device(torch::kCPU);
+  }
   if (spec == "cuda" || spec.rfind("cuda:", 0) == 0) {
-    if (!torch::cuda::is_available())
-      throw UsageError("device '" + spec + "': CUDA is not available (this LibTorch has no CUDA or there is no GPU)");
+    const std::string why = cuda_unavailable_reason();
+    if (!why.empty()) throw UsageError("device '" + spec + "': " + why);
     int index = 0;
     if (spec.size() > 5) {
       try {

@@ -89,6 +89,15 @@ bool product_matches_reference(const torch::Tensor& a, const torch::Tensor& b, c
 
 // Resolves "auto" | "cpu" | "cuda" | "cuda:N" to a device; throws UsageError when CUDA is asked for
 // but not available.
+// ("auto" logs what it chose and why.)
 torch::Device resolve_device(const std::string& spec);
+
+// The LibTorch version this attnmt was built with ("1.13.0", "2.14.1"); checkpoints record it.
+const char* libtorch_version();
+// "LibTorch 2.14.1 with CUDA 13.0" or "LibTorch 1.13.0, CPU only": what --version prints after attnmt's own.
+std::string build_description();
+
+// Why CUDA cannot be used here ("" when it can): a LibTorch built without CUDA, or no visible device.
+std::string cuda_unavailable_reason();
 
 }  // namespace attnmt

@@ -127,6 +127,7 @@ Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t
   b.tgt_in = full.slice(1, 0, t_len - 1).clone();
   b.tgt_out = full.slice(1, 1, t_len).clone();
   b.tgt_mask = b.tgt_out.ne(kPadId);
+  b.tgt_rows = b.tgt_mask.reshape(-1).nonzero().squeeze(1);
   for (auto* t : tgts) b.tgt_tokens += static_cast<int64_t>(t->size()) + 1;
   b.padded_cells += b.tgt_out.numel();
   return b;
@@ -141,6 +142,7 @@ Batch Batch::to(const torch::Device& device) const {
     b.tgt_in = tgt_in.to(device);
     b.tgt_out = tgt_out.to(device);
     b.tgt_mask = tgt_mask.to(device);
+    if (tgt_rows.defined()) b.tgt_rows = tgt_rows.to(device);
   }
   return b;  // src_len stays on the CPU (pack_padded_sequence wants it there)
 }

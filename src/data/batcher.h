@@ -22,6 +22,8 @@ struct Batch {
   torch::Tensor tgt_in;    // [B, T] int64: <bos> y1 .. yn, padded
   torch::Tensor tgt_out;   // [B, T] int64: y1 .. yn <eos>, padded
   torch::Tensor tgt_mask;  // [B, T] bool, true at real target positions
+  torch::Tensor tgt_rows;  // [N] int64: the flat positions of tgt_mask's real tokens (found on the CPU, so that a
+                           // device never has to stop to count them)
   std::vector<int64_t> indices;  // which examples, in row order
   int64_t src_tokens = 0;  // real source tokens
   int64_t tgt_tokens = 0;  // real target tokens (including <eos>)

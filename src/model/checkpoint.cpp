@@ -9,10 +9,14 @@
 #include <thread>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <torch/version.h>
 
 #include "common/config.h"
+#include "common/runtime.h"
 #include "common/errors.h"
 #include "common/fs.h"
+#include "kernels/adam.h"
 
 namespace attnmt {
 
@@ -32,6 +36,7 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     auto f64 = [](double v) { return torch::tensor({v}, torch::kDouble); };
     ar.write("format_version", i64(kCheckpointFormat));
     ar.write("model_type", c10::IValue(model_type(model->config())));
+    ar.write("libtorch_version", c10::IValue(std::string(libtorch_version())));
     torch::serialize::OutputArchive m;
     model->save(m);
     ar.write("model", m);
@@ -52,6 +57,12 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     ar.write("finished", i64(st.finished));
     ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
     for (size_t r = 1; r < opt.rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), opt.rank_rng[r]);
+    // The run's CUDA generator (dropout masks on the GPU come from it), and every rank's in a data-parallel run.
+    const torch::Device dev = model_device(model);
+    if (dev.is_cuda()) {
+      ar.write("rng_cuda", at::globalContext().defaultGenerator(dev).get_state());
+      for (size_t r = 1; r < opt.rank_rng_cuda.size(); ++r) ar.write("rng_cuda_rank" + std::to_string(r), opt.rank_rng_cuda[r]);
+    }
     // save_to(path) lets LibTorch's zip writer hit the write error in its destructor, which terminates the
     // process. Here the bytes go through our own writer: a failed write is remembered, the archive is
     // completed into the void, and the error is reported once it returns.
@@ -81,7 +92,64 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
   });
 }
 
+torch::Device model_device(Seq2Seq& model) {
+  const auto params = model->parameters();
+  return params.empty() ? torch::Device(torch::kCPU) : params.front().device();
+}
+
 namespace {
+// The version of LibTorch that wrote the checkpoint at path, for messages ("" when it did not say: attnmt before
+// it recorded it, which was built with Debian 12's 1.13).
+std::string writer_version(torch::serialize::InputArchive& ar) {
+  c10::IValue v;
+  if (ar.try_read("libtorch_version", v) && v.isString()) return v.toStringRef();
+  return "";
+}
+
+// Adam's state in the layout LibTorch's Optimizer::save writes, read without LibTorch's own reader: "state/<key>"
+// holds each parameter's moments and "param_groups/param_groups/i/params/j" names the key of parameter j. LibTorch
+// 1.x writes those keys as hexadecimal addresses ("0x55d0..."), 2.x as decimal ones, and 2.x's reader parses them as
+// decimal (so it cannot read 1.x's). Matching the key strings within the file, as here, reads both.
+void load_adam(torch::serialize::InputArchive& o, torch::optim::Optimizer& optim) {
+  torch::serialize::InputArchive state_ar, groups_ar;
+  o.read("state", state_ar);
+  o.read("param_groups", groups_ar);
+  torch::Tensor n;
+  groups_ar.read("param_groups/size", n);
+  auto& groups = optim.param_groups();
+  TORCH_CHECK(n.item<int64_t>() == static_cast<int64_t>(groups.size()), "optimizer state has ", n.item<int64_t>(),
+              " parameter group(s), the model ", groups.size());
+  for (size_t i = 0; i < groups.size(); ++i) {
+    torch::serialize::InputArchive g;
+    groups_ar.read("param_groups/" + std::to_string(i), g);
+    torch::Tensor size;
+    g.read("params/size", size);
+    const auto& params = groups[i].params();
+    TORCH_CHECK(size.item<int64_t>() == static_cast<int64_t>(params.size()), "optimizer state holds ", size.item<int64_t>(),
+                " parameters, the model ", params.size());
+    for (size_t j = 0; j < params.size(); ++j) {
+      c10::IValue key;
+      g.read("params/" + std::to_string(j), key);
+      torch::serialize::InputArchive ps;
+      if (!key.isString() || !state_ar.try_read(key.toStringRef(), ps)) continue;  // no update yet for this parameter
+      auto st = std::make_unique<torch::optim::AdamParamState>();
+      st->serialize(ps);
+      optim.state()[optimizer_state_key(optim.state(), params[j])] = std::move(st);
+    }
+    torch::serialize::InputArchive opts;
+    g.read("options", opts);
+    static_cast<torch::optim::AdamOptions&>(groups[i].options()).serialize(opts);
+  }
+}
+
+// cuDNN wants each recurrent layer's weights in one contiguous block; loading replaced them one by one.
+void flatten_recurrent_weights(Seq2Seq& model) {
+  for (const auto& m : model->modules(/*include_self=*/false)) {
+    if (auto* gru = dynamic_cast<torch::nn::GRUImpl*>(m.get())) gru->flatten_parameters();
+    if (auto* lstm = dynamic_cast<torch::nn::LSTMImpl*>(m.get())) lstm->flatten_parameters();
+  }
+}
+
 // Format and model type, checked before the parameters are read so that the message names what differs.
 void check_header(const std::string& path, torch::serialize::InputArchive& ar, const ModelConfig& cfg) {
   torch::Tensor version;
@@ -110,9 +178,14 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
                              bool* rank_rng_found) {
   if (!fs::is_regular_file(path)) throw UsageError(path + ": checkpoint not found");
   TrainerState st;
+  // Every tensor goes straight to the model's device (a checkpoint written on a GPU loads on a CPU, and the
+  // other way round); the random states are brought back to the CPU where their generators want them.
+  const torch::Device device = model_device(model);
+  std::string wrote = "?";
   try {
     torch::serialize::InputArchive ar;
-    ar.load_from(path);
+    ar.load_from(path, device);
+    wrote = writer_version(ar);
     check_header(path, ar, model->config());
     torch::serialize::InputArchive m;
     ar.read("model", m);
@@ -128,10 +201,11 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
         throw UsageError(path + ": checkpoint is from a different model config: " + name + " has shape " +
                          c10::str(c10::IntArrayRef(got)) + ", the config gives " + c10::str(c10::IntArrayRef(expected)));
     }
+    if (device.is_cuda()) flatten_recurrent_weights(model);
     if (optim) {
       torch::serialize::InputArchive o;
       ar.read("optimizer", o);
-      optim->load(o);
+      load_adam(o, *optim);
     }
     auto i64 = [&](const char* k) {
       torch::Tensor t;
@@ -162,11 +236,24 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
       if (rank_rng_found) *rank_rng_found = found;
     }
     auto gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng);
+    gen.set_state(rng.cpu());
+    if (device.is_cuda()) {
+      torch::Tensor cuda_rng;
+      bool found = ar.try_read("rng_cuda", cuda_rng);
+      if (rank > 0) found = ar.try_read("rng_cuda_rank" + std::to_string(rank), cuda_rng);
+      if (found) {
+        at::Generator g = at::globalContext().defaultGenerator(device);  // a handle on the device's generator
+        g.set_state(cuda_rng.cpu());
+      }
+      else if (rank_rng_found) *rank_rng_found = false;  // written on a CPU: the GPU's dropout masks start afresh
+    }
   } catch (const c10::Error& e) {
     std::string msg = e.what_without_backtrace();
     msg = msg.substr(0, msg.find('\n'));
-    throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config): " + msg);
+    const std::string versions = wrote.empty() ? "written by LibTorch 1.13 or older, read by " + std::string(libtorch_version())
+                                 : "written by LibTorch " + wrote + ", read by " + libtorch_version();
+    throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config; " + versions +
+                     "): " + msg);
   }
   return st;
 }

@@ -35,15 +35,20 @@ std::string model_type(const ModelConfig& m);
 struct SaveOptions {
   // r >= 1: the CPU generator state of rank r in a data-parallel run, kept for exact resume.
   std::vector<torch::Tensor> rank_rng;
+  // r >= 1: the CUDA generator state of rank r, when the run is on CUDA.
+  std::vector<torch::Tensor> rank_rng_cuda;
   int pause_ms = 0;  // tests: pause after the first bytes, widening the window in which a kill hits a half-written file
 };
+
+// The device of the model's parameters.
+torch::Device model_device(Seq2Seq& model);
 
 // Writes path atomically (temporary file + rename). Throws Error naming the path when the write fails
 // (disk full, file-size limit); the previous file at path then stays as it was.
 void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, const TrainerState& st,
                      const SaveOptions& opt = {});
 
-// Restores model, optimizer (when given) and the CPU generator (rank `rank`'s state where the checkpoint has
+// Restores model, optimizer (when given) and the CPU generator (and the CUDA one when the model is on CUDA) (rank `rank`'s state where the checkpoint has
 // one; rank_rng_found is set to false when a rank > 0 found none). Throws UsageError with one line on a
 // missing, truncated or corrupt file, a newer format, another model type, or another parameter shape.
 TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Optimizer* optim, int rank = 0,

@@ -55,12 +55,16 @@ torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& ta
 
 BatchLoss teacher_forced_loss(Seq2Seq& model, const torch::Tensor& src, const torch::Tensor& src_len,
                               const torch::Tensor& src_mask, const torch::Tensor& tgt_in, const torch::Tensor& tgt_out,
-                              const torch::Tensor& tgt_mask, double label_smoothing, double teacher_forcing) {
+                              const torch::Tensor& tgt_mask, double label_smoothing, double teacher_forcing,
+                              const torch::Tensor& tgt_rows) {
   TORCH_CHECK(tgt_out.sizes() == tgt_in.sizes() && tgt_mask.sizes() == tgt_in.sizes(),
               "batch_loss: tgt_in, tgt_out and tgt_mask [B, T] expected, got ", tgt_in.sizes(), ", ", tgt_out.sizes(),
               " and ", tgt_mask.sizes());
-  Seq2SeqOutput out = model->forward(src, src_len, src_mask, tgt_in, teacher_forcing, false, tgt_mask);
-  torch::Tensor loss = sequence_loss(out.logits, tgt_out.masked_select(tgt_mask), label_smoothing);
+  Seq2SeqOutput out = model->forward(src, src_len, src_mask, tgt_in, teacher_forcing, false, tgt_mask, tgt_rows);
+  // The targets of those rows: tgt_out.masked_select(tgt_mask), without the device having to count them.
+  const torch::Tensor target =
+      tgt_rows.defined() ? tgt_out.reshape(-1).index_select(0, tgt_rows) : tgt_out.masked_select(tgt_mask);
+  torch::Tensor loss = sequence_loss(out.logits, target, label_smoothing);
   return {loss, out};
 }
 

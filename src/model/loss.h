@@ -22,14 +22,15 @@ struct BatchLoss {
 // tgt_mask [B, T] (the tensors of data/batcher.h's Batch).
 BatchLoss teacher_forced_loss(Seq2Seq& model, const torch::Tensor& src, const torch::Tensor& src_len,
                               const torch::Tensor& src_mask, const torch::Tensor& tgt_in, const torch::Tensor& tgt_out,
-                              const torch::Tensor& tgt_mask, double label_smoothing, double teacher_forcing = 1.0);
+                              const torch::Tensor& tgt_mask, double label_smoothing, double teacher_forcing = 1.0,
+                              const torch::Tensor& tgt_rows = {});
 
 // The same for anything that carries those tensors under those names (a Batch), without model/ having to
 // know the batcher.
 template <class TeacherForcedBatch>
 BatchLoss batch_loss(Seq2Seq& model, const TeacherForcedBatch& b, double label_smoothing, double teacher_forcing = 1.0) {
   return teacher_forced_loss(model, b.src, b.src_len, b.src_mask, b.tgt_in, b.tgt_out, b.tgt_mask, label_smoothing,
-                             teacher_forcing);
+                             teacher_forcing, b.tgt_rows);
 }
 
 }  // namespace attnmt

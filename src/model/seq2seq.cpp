@@ -13,7 +13,7 @@ EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor&
 }
 
 Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing,
-                                  bool stepwise, const torch::Tensor& tgt_mask) {
+                                  bool stepwise, const torch::Tensor& tgt_mask, const torch::Tensor& tgt_rows) {
   TORCH_CHECK(tgt_in.size(0) == enc.states.size(0), "Seq2Seq: target batch ", tgt_in.size(0), " vs source ",
               enc.states.size(0));
   DecoderState state = decoder->init_state(enc);
@@ -22,7 +22,8 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
   if (tgt_mask.defined()) {
     TORCH_CHECK(tgt_mask.scalar_type() == torch::kBool && tgt_mask.sizes() == tgt_in.sizes(),
                 "Seq2Seq: tgt_mask must be bool [B, T] like tgt_in ", tgt_in.sizes(), ", got ", tgt_mask.sizes());
-    rows = tgt_mask.reshape(-1).nonzero().squeeze(1);
+    rows = tgt_rows.defined() ? tgt_rows : tgt_mask.reshape(-1).nonzero().squeeze(1);
+    TORCH_CHECK(rows.dim() == 1, "Seq2Seq: tgt_rows must be [N], got ", rows.sizes());
   }
   DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise, rows);
   return {decoder->logits(d.readout), d.weights, d.head_weights};  // output layer once over all (real) steps
@@ -30,8 +31,8 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
 
 Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
                                    const torch::Tensor& tgt_in, double teacher_forcing, bool stepwise,
-                                   const torch::Tensor& tgt_mask) {
-  return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise, tgt_mask);
+                                   const torch::Tensor& tgt_mask, const torch::Tensor& tgt_rows) {
+  return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise, tgt_mask, tgt_rows);
 }
 
 int64_t Seq2SeqImpl::parameter_count() const {

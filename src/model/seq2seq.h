@@ -22,11 +22,13 @@ class Seq2SeqImpl : public torch::nn::Module {
   // With tgt_mask ([B, T] bool, true at real target positions) the readout and the output layer run over
   // those positions only, in row-major order (the rows of tgt_out.masked_select(tgt_mask)): padding costs
   // no readout or output-layer product and no loss work. The attention weights keep their [B, T, S] shape.
+  // tgt_rows, when given, are those positions already found (tgt_mask.reshape(-1).nonzero(), as Batch holds them):
+  // finding them on a GPU would stop it until it has counted them.
   Seq2SeqOutput decode(const EncoderOutput& enc, const torch::Tensor& tgt_in, double teacher_forcing = 1.0,
-                       bool stepwise = false, const torch::Tensor& tgt_mask = {});
+                       bool stepwise = false, const torch::Tensor& tgt_mask = {}, const torch::Tensor& tgt_rows = {});
   Seq2SeqOutput forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
                         const torch::Tensor& tgt_in, double teacher_forcing = 1.0, bool stepwise = false,
-                        const torch::Tensor& tgt_mask = {});
+                        const torch::Tensor& tgt_mask = {}, const torch::Tensor& tgt_rows = {});
   int64_t parameter_count() const;
   const ModelConfig& config() const { return cfg_; }
   int64_t src_vocab() const { return src_vocab_; }

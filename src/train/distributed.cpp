@@ -8,10 +8,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/cuda.h>
+
 #ifdef ATTNMT_HAVE_C10D
 #include <torch/version.h>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef ATTNMT_HAVE_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #ifdef ATTNMT_HAVE_NCCL
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -59,9 +64,36 @@ DistSpec dist_spec_from_env() {
   return s;
 }
 
+torch::Device rank_device(const DistSpec& spec, const torch::Device& device) {
+  if (!device.is_cuda()) return device;
+  const int visible = static_cast<int>(torch::cuda::device_count());
+  if (spec.local_rank >= visible)
+    throw UsageError("LOCAL_RANK " + std::to_string(spec.local_rank) + ": only " + std::to_string(visible) +
+                     " CUDA device(s) visible on this machine (one device per local rank)");
+  torch::Device d(torch::kCUDA, static_cast<c10::DeviceIndex>(spec.local_rank));
+  c10::impl::getDeviceGuardImpl(torch::kCUDA)->setDevice(d);  // NCCL and the caching allocator use the current device
+  return d;
+}
+
+namespace {
+[[maybe_unused]] const char* const kNoGloo =
+    "data-parallel training on CPU needs c10d's Gloo, and this attnmt was built without it (its LibTorch has Gloo "
+    "built in and ships no Gloo headers, or libgloo-dev was missing when it was configured; Debian's LibTorch has it)";
+}  // namespace
+
 #ifdef ATTNMT_HAVE_C10D
 
-bool distributed_available() { return true; }
+std::string distributed_unavailable_reason(const torch::Device& device) {
+#ifdef ATTNMT_HAVE_NCCL
+  if (device.is_cuda()) return "";
+#endif
+#ifdef ATTNMT_HAVE_GLOO
+  return "";
+#else
+  return device.is_cuda() ? "data-parallel training on CUDA needs c10d's NCCL or Gloo; this attnmt was built with neither"
+                          : kNoGloo;
+#endif
+}
 
 // What the Gloo and NCCL groups derive from, the type whose collectives attnmt calls: c10d::ProcessGroup in LibTorch
 // 1.x, c10d::Backend from 2.0 on (where a ProcessGroup dispatches to backends). The one place that knows the difference.
@@ -75,10 +107,24 @@ struct Distributed::Impl {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<CollectiveGroup> pg;
   std::string backend;
+  torch::Device device{torch::kCPU};  // where the backend's tensors must be: NCCL takes CUDA tensors only
   std::vector<torch::Tensor> buckets;
+
+  // t on the backend's device (t itself when it is there already).
+  torch::Tensor on_backend(const torch::Tensor& t) const { return t.device() == device ? t : t.to(device); }
 };
 
 namespace {
+// LibTorch 2.x's TCPStore serves through libuv by default, and refuses to start where LibTorch was built without it
+// (Debian's 2.6). attnmt's few ranks need nothing from libuv: the store runs on its plain socket server in every
+// version (1.13 has no such option; the overloads pick the one that compiles).
+template <class Options>
+auto without_libuv(Options& o, int) -> decltype(o.useLibUV = false, void()) {
+  o.useLibUV = false;
+}
+template <class Options>
+void without_libuv(Options&, long) {}
+
 // Runs one collective; a peer that died or a timeout becomes one clear Error.
 template <typename F>
 void collective(const DistSpec& s, const std::string& what, F&& f) {
@@ -102,6 +148,7 @@ Distributed::Distributed(const DistSpec& spec, const torch::Device& device, std:
     so.isServer = spec_.rank == 0;
     so.numWorkers = spec_.world;
     so.timeout = timeout;
+    without_libuv(so, 0);
     impl_->store = c10::make_intrusive<c10d::TCPStore>(spec_.master_addr, so);
 #ifdef ATTNMT_HAVE_NCCL
     if (device.is_cuda()) {
@@ -109,9 +156,11 @@ Distributed::Distributed(const DistSpec& spec, const torch::Device& device, std:
       opts->timeout = timeout;
       impl_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(impl_->store, spec_.rank, spec_.world, opts);
       impl_->backend = "nccl";
+      impl_->device = device;
       return;
     }
 #endif
+#ifdef ATTNMT_HAVE_GLOO
     if (device.is_cuda()) spdlog::warn("this attnmt was built without NCCL: Gloo sums CUDA gradients through host memory");
     auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
     // The interface that reaches MASTER_ADDR; on one machine that is loopback.
@@ -120,6 +169,9 @@ Distributed::Distributed(const DistSpec& spec, const torch::Device& device, std:
                                 : c10d::ProcessGroupGloo::createDefaultDevice());
     impl_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(impl_->store, spec_.rank, spec_.world, opts);
     impl_->backend = "gloo";
+#else
+    throw UsageError(distributed_unavailable_reason(device));
+#endif
   });
 }
 
@@ -134,23 +186,29 @@ void Distributed::broadcast_(std::vector<torch::Tensor> tensors) {
     std::vector<c10::intrusive_ptr<c10d::Work>> works;
     args.reserve(tensors.size());
     for (auto& t : tensors) {
-      args.push_back({t});
+      args.push_back({impl_->on_backend(t)});
       works.push_back(impl_->pg->broadcast(args.back()));
     }
     for (auto& w : works) w->wait();
+    for (size_t i = 0; i < tensors.size(); ++i)
+      if (!args[i][0].is_same(tensors[i])) tensors[i].copy_(args[i][0]);
   });
 }
 
 void Distributed::allreduce_sum_(torch::Tensor t) {
-  std::vector<torch::Tensor> v{t};
-  collective(spec_, "all-reduce", [&] { impl_->pg->allreduce(v)->wait(); });
+  std::vector<torch::Tensor> v{impl_->on_backend(t)};
+  collective(spec_, "all-reduce", [&] {
+    impl_->pg->allreduce(v)->wait();
+    if (!v[0].is_same(t)) t.copy_(v[0]);
+  });
 }
 
 std::vector<torch::Tensor> Distributed::allgather(const torch::Tensor& t) {
-  std::vector<torch::Tensor> in{t.contiguous()};
+  std::vector<torch::Tensor> in{impl_->on_backend(t.contiguous())};
   std::vector<std::vector<torch::Tensor>> out(1);
   for (int r = 0; r < spec_.world; ++r) out[0].push_back(torch::empty_like(in[0]));
   collective(spec_, "all-gather", [&] { impl_->pg->allgather(out, in)->wait(); });
+  for (auto& o : out[0]) o = o.to(t.device());
   return out[0];
 }
 
@@ -211,13 +269,15 @@ void Distributed::allreduce_gradients() {
 
 #else  // built without c10d
 
-bool distributed_available() { return false; }
+std::string distributed_unavailable_reason(const torch::Device& device) {
+  return device.is_cuda() ? "data-parallel training on CUDA needs c10d's NCCL or Gloo; this attnmt was built with neither"
+                          : kNoGloo;
+}
 
 struct Distributed::Impl {};
 
-Distributed::Distributed(const DistSpec& spec, const torch::Device&, std::chrono::milliseconds) : spec_(spec) {
-  throw UsageError("this attnmt was built without distributed training (LibTorch's c10d/Gloo headers were not found "
-                   "when it was configured); install libgloo-dev and rebuild");
+Distributed::Distributed(const DistSpec& spec, const torch::Device& device, std::chrono::milliseconds) : spec_(spec) {
+  throw UsageError(distributed_unavailable_reason(device));
 }
 Distributed::~Distributed() = default;
 std::string Distributed::backend() const { return "none"; }

@@ -25,8 +25,17 @@ struct DistSpec {
 // Reads the environment; a malformed or inconsistent value is a UsageError naming the variable.
 DistSpec dist_spec_from_env();
 
-// True when this binary was built with c10d (LibTorch's distributed headers and Gloo were found).
-bool distributed_available();
+// Why data-parallel training on `device` cannot run in this build ("" when it can): CPU ranks need c10d's Gloo,
+// CUDA ranks NCCL (or Gloo, through host memory). Which of them a build has depends on the LibTorch it was
+// configured with (CMakeLists.txt says why).
+std::string distributed_unavailable_reason(const torch::Device& device);
+inline bool distributed_available(const torch::Device& device = torch::Device(torch::kCPU)) {
+  return distributed_unavailable_reason(device).empty();
+}
+
+// The device of rank spec.local_rank when the run's device is CUDA (one device per local rank), else `device`.
+// Throws UsageError when LOCAL_RANK names a device that is not visible; makes it the current CUDA device.
+torch::Device rank_device(const DistSpec& spec, const torch::Device& device);
 
 // Traffic counters of one process group, for the training log and the benchmark.
 struct CommStats {

@@ -1,5 +1,7 @@
 #include "train/launcher.h"
 
+#include <torch/cuda.h>
+
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -66,10 +68,15 @@ bool wants_local_launch(int nproc, const DistSpec& spec) {
   return true;
 }
 
-int launch_local_workers(int nproc) {
-  if (!distributed_available())
-    throw UsageError("--nproc: this attnmt was built without distributed training (LibTorch's c10d/Gloo headers were "
-                     "not found when it was configured); install libgloo-dev and rebuild");
+int launch_local_workers(int nproc, const torch::Device& device) {
+  if (!distributed_available(device)) throw UsageError("--nproc: " + distributed_unavailable_reason(device));
+  if (device.is_cuda()) {
+    const int visible = static_cast<int>(torch::cuda::device_count());
+    if (nproc > visible)
+      throw UsageError("--nproc " + std::to_string(nproc) + ": only " + std::to_string(visible) +
+                       " CUDA device(s) visible, and each rank takes one (use --nproc " + std::to_string(visible) +
+                       " or --device cpu)");
+  }
   std::vector<std::string> args = own_command_line();
   const int port = free_loopback_port();
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());

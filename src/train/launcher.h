@@ -8,8 +8,9 @@ namespace attnmt {
 // `attnmt train --nproc N`: runs N copies of this process (same command line, from /proc/self/cmdline) on this machine as ranks
 // 0..N-1 of one job, on a free loopback port; forwards SIGINT/SIGTERM to them; when one fails, stops the
 // others. Returns the most telling exit code of the workers that ended on their own (bad input 2, then a
-// signal as 128+signal, then any other failure), else 0.
-int launch_local_workers(int nproc);
+// signal as 128+signal, then any other failure), else 0. `device` is the run's: on CUDA each rank takes the
+// device of its LOCAL_RANK, so more ranks than visible devices are refused (UsageError, one line).
+int launch_local_workers(int nproc, const torch::Device& device);
 
 // Whether this process should launch `--nproc` local workers rather than train itself: nproc > 1 and it is not
 // already one of them. Refuses (UsageError) when WORLD_SIZE says an outside launcher started it.

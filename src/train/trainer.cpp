@@ -13,6 +13,7 @@
 #include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
@@ -191,7 +192,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   torch::NoGradGuard ng;
   model->eval();
   ValidationResult r;
-  double loss_sum = 0;
+  torch::Tensor loss_sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device));  // read once
   int64_t tokens = 0;
   auto plan = make_batch_plan(data.valid, cfg.eval.batch_size, 0, 0, false);
   std::vector<std::string> hyps(data.valid.size());
@@ -199,19 +200,43 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
     Batch db = b.to(device);
-    loss_sum += batch_loss(model, db, 0.0).sum.item<double>();
+    loss_sum += batch_loss(model, db, 0.0).sum.to(torch::kDouble);
     tokens += b.tgt_tokens;
     auto hs = greedy_search(model, b, so, device);
     for (size_t k = 0; k < idx.size(); ++k)
       hyps[static_cast<size_t>(idx[k])] = data.tok.decode(data.tgt_vocab.decode(hs[k].tokens), Side::kTarget);
   }
-  r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
+  r.loss = tokens ? loss_sum.item<double>() / static_cast<double>(tokens) : 0.0;
   r.ppl = std::exp(std::min(r.loss, 100.0));
   r.bleu = corpus_bleu(hyps, {data.valid_refs}).score;
   model->train();
   return r;
 }
 
+
+double read_loss(const torch::Tensor& pending, int64_t step) {
+  if (!pending.defined()) return 0;
+  const double v = pending.item<double>();
+  if (!std::isfinite(v))
+    throw NonFiniteLoss("loss became " + std::string(std::isnan(v) ? "NaN" : "infinite") + " by step " + std::to_string(step));
+  return v;
+}
+
+namespace {
+// Scales the gradients so that their joint L2 norm is at most max_norm: g <- g * min(1, max_norm / (||g|| + 1e-6)).
+// LibTorch's clip_grad_norm_ does the same but reads the norm back to the host (a stop per step on a GPU); here the
+// factor stays a tensor on the gradients' device.
+void clip_gradient_norm(const std::vector<torch::Tensor>& params, double max_norm) {
+  torch::NoGradGuard ng;
+  std::vector<torch::Tensor> norms;
+  for (const auto& p : params)
+    if (p.grad().defined()) norms.push_back(p.grad().norm());
+  if (norms.empty()) return;
+  const torch::Tensor coef = (max_norm / (torch::stack(norms).norm() + 1e-6)).clamp_max(1.0);
+  for (const auto& p : params)
+    if (p.grad().defined()) p.grad().mul_(coef);
+}
+}  // namespace
 
 Trainer::Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, const TrainOptions& opt,
                  const std::string& resume_from)
@@ -230,7 +255,8 @@ Trainer::Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, co
     spdlog::info("resumed from {} at step {} (epoch {}, batch {})", resume_from, st_.step, st_.epoch + 1, st_.batch_in_epoch);
     if (!own_rng) {
       torch::manual_seed(mix_seed(static_cast<uint64_t>(cfg_.seed) + static_cast<uint64_t>(st_.step), 1000 + rank));
-      spdlog::warn("{}: no random state saved for rank {} (run with fewer ranks before); dropout masks start afresh",
+      spdlog::warn("{}: no random state saved for rank {} on this device (run with fewer ranks, or on another device, before); "
+                   "dropout masks start afresh",
                    resume_from, rank);
     }
     st_.finished = false;  // a resumed run continues as long as its (possibly raised) limits allow: should_stop()
@@ -266,10 +292,16 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
     optim_.zero_grad();
   StepResult r;
   double lv = 0;
+  // Read the loss now on a CPU (free), in a data-parallel group (the ranks agree on it below) and when a test injects
+  // a NaN; on a GPU keep it there.
+  const bool read_now = !device_.is_cuda() || dist || opt_.test_nan_at_step > 0;
   if (slice) {
     torch::Tensor loss_sum = batch_loss(model_, slice->to(device_), cfg_.label_smoothing, cfg_.teacher_forcing).sum;
     (loss_sum / static_cast<double>(batch_tokens)).backward();
-    lv = loss_sum.item<double>();
+    if (read_now)
+      lv = loss_sum.item<double>();
+    else
+      r.pending = loss_sum.detach().to(torch::kDouble);
   }
   if (opt_.test_nan_at_step > 0 && st_.step + 1 == opt_.test_nan_at_step) lv = std::nan("");  // fault injection for tests
   bool time_up = cfg_.max_minutes > 0 && elapsed_s() / 60.0 >= cfg_.max_minutes;
@@ -284,9 +316,9 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
     sig = c[2].item<double>() > 0 ? SIGTERM : c[1].item<double>() > 0 ? SIGINT : 0;
     time_up = c[3].item<double>() > 0;
   }
-  if (!std::isfinite(lv))
+  if (!r.pending.defined() && !std::isfinite(lv))
     throw NonFiniteLoss("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " + std::to_string(st_.step + 1));
-  if (cfg_.clip_norm > 0) torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.clip_norm);
+  if (cfg_.clip_norm > 0) clip_gradient_norm(model_->parameters(), cfg_.clip_norm);
   adam_step(optim_);  // LibTorch's Adam update in one pass per parameter
   ++st_.step;
   time_up_ = time_up;
@@ -329,10 +361,14 @@ ValidationResult Trainer::validate(const RunData& data, const Config& cfg) {
 void Trainer::save(const std::vector<std::string>& paths) {
   st_.elapsed_s = elapsed_s();
   // The random state of every rank (collective: all ranks call save at the same points).
-  std::vector<torch::Tensor> rngs;
-  if (opt_.dist) rngs = opt_.dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
+  SaveOptions so;
+  so.pause_ms = opt_.test_checkpoint_pause_ms;
+  if (opt_.dist) {
+    so.rank_rng = opt_.dist->allgather(at::detail::getDefaultCPUGenerator().get_state());
+    if (device_.is_cuda()) so.rank_rng_cuda = opt_.dist->allgather(at::globalContext().defaultGenerator(device_).get_state());
+  }
   if (!main_rank()) return;
-  for (const auto& p : paths) save_checkpoint(p, model_, &optim_, st_, {rngs, opt_.test_checkpoint_pause_ms});
+  for (const auto& p : paths) save_checkpoint(p, model_, &optim_, st_, so);
 }
 
 bool Trainer::should_stop() const {
@@ -446,6 +482,19 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
 
   TrainResult result;
   double window_loss = 0, window_t = now_s();
+  torch::Tensor window_pending;  // losses still on the device (see StepResult::pending)
+  // The window's loss, with what is still on the device read now.
+  auto window_loss_now = [&]() {
+    if (window_pending.defined()) {
+      try {
+        window_loss += read_loss(window_pending, st.step);
+      } catch (const NonFiniteLoss& e) {
+        throw Error(std::string(e.what()) + "; last good checkpoint: " + (fs::exists(dir.last()) ? dir.last() : std::string("none")));
+      }
+      window_pending = torch::Tensor();
+    }
+    return window_loss;
+  };
   int64_t window_tokens = 0;
   const bool tty = main_rank && ::isatty(STDERR_FILENO) != 0;
   auto comm_note = [&]() -> std::string {
@@ -461,7 +510,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     MetricsRecord m;
     m.step = st.step;
     m.epoch = reported_epoch + 1;
-    m.train_loss = window_tokens > 0 ? window_loss / static_cast<double>(window_tokens) : 0.0;
+    m.train_loss = window_tokens > 0 ? window_loss_now() / static_cast<double>(window_tokens) : 0.0;
     m.valid_loss = v.loss;
     m.valid_ppl = v.ppl;
     m.valid_bleu = v.bleu;
@@ -489,6 +538,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     }
     trainer.save(paths);
     window_loss = 0;
+    window_pending = torch::Tensor();
     window_tokens = 0;
     window_t = now_s();
     if (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience)
@@ -527,17 +577,18 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
       }
       ++st.batch_in_epoch;
       window_loss += sr.loss_sum;
+      if (sr.pending.defined()) window_pending = window_pending.defined() ? window_pending + sr.pending : sr.pending;
       window_tokens += batch_tokens;
       const double now = now_s();
       if (tty && now - last_progress > 0.25) {
         double tps = static_cast<double>(window_tokens) / std::max(1e-9, now - window_t);
         std::fprintf(stderr, "\r\033[Kepoch %lld %3d%%  step %lld  loss %.4f  %.0f tok/s  %s left", static_cast<long long>(st.epoch + 1),
                      static_cast<int>(100 * st.batch_in_epoch / std::max<int64_t>(1, per_epoch)), static_cast<long long>(st.step),
-                     window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)), tps, time_left(per_epoch).c_str());
+                     window_loss_now() / std::max<double>(1.0, static_cast<double>(window_tokens)), tps, time_left(per_epoch).c_str());
         last_progress = now;
       } else if (!tty && st.step % cfg.train.log_every == 0) {
         spdlog::info("epoch {} step {} ({}/{}) loss {:.4f} {:.0f} tok/s{}", st.epoch + 1, st.step, st.batch_in_epoch,
-                     per_epoch, window_loss / std::max<double>(1.0, static_cast<double>(window_tokens)),
+                     per_epoch, window_loss_now() / std::max<double>(1.0, static_cast<double>(window_tokens)),
                      static_cast<double>(window_tokens) / std::max(1e-9, now - window_t), comm_note());
       }
       const bool at_epoch_end = st.batch_in_epoch == per_epoch;

@@ -59,10 +59,17 @@ struct NonFiniteLoss : Error {
 
 // What one call of Trainer::step did, as every rank agrees.
 struct StepResult {
-  double loss_sum = 0;   // loss summed over the whole batch's target tokens (all ranks)
+  double loss_sum = 0;   // loss summed over the whole batch's target tokens (all ranks); 0 while `pending`
+  // On a GPU (one process) the loss stays there: reading it every step would stop the GPU until the step is done.
+  // Then pending holds it (a 0-dim tensor on the device) and the caller reads it when it logs (read_loss).
+  torch::Tensor pending;
   int signal = 0;        // a stop request seen by any rank (SIGTERM wins over SIGINT), or 0
   bool time_up = false;  // train.max_minutes reached (rank 0's clock)
 };
+
+// The value of a window of pending losses (summed on the device), read once; NonFiniteLoss when it is NaN or
+// infinite, naming the step it was read at.
+double read_loss(const torch::Tensor& pending, int64_t step);
 
 // One model being trained: its optimizer, position and counters (TrainerState), and the rules that end
 // training. train() drives it over a corpus; `attnmt bench` times the same step() on a synthetic batch.
