@@ -2,7 +2,8 @@
 # Configures and builds attnmt (Release). Extra arguments go to cmake.
 #   scripts/build.sh            against Debian's LibTorch, in build/ (or $BUILD_DIR)
 #   scripts/build.sh --pytorch  against the LibTorch inside PyPI's torch (scripts/setup.sh --pytorch installs it;
-#                               CUDA compiled in), in build-pytorch/ (or $BUILD_DIR)
+#                               CUDA compiled in), in build-pytorch/ (or $BUILD_DIR); without .venv-pytorch, the
+#                               torch of the machine's python3. ATTNMT_DEPS=DIR: scripts/vendor_deps.sh's folder
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTORCH=0
@@ -13,8 +14,11 @@ extra=()
 if [ "$PYTORCH" = 1 ]; then
   BUILD_DIR=${BUILD_DIR:-build-pytorch}
   venv=${ATTNMT_PYTORCH_VENV:-$PWD/.venv-pytorch}
-  prefix=$("$venv/bin/python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
-    echo "build: no PyPI torch in $venv (run scripts/setup.sh --pytorch first)" >&2; exit 2; }
+  # The project's environment, else the machine's own Python (a GPU machine with PyTorch installed).
+  py="$venv/bin/python"
+  [ -x "$py" ] || py=python3
+  prefix=$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || {
+    echo "build: no PyPI torch in $venv nor in $(command -v python3) (run scripts/setup.sh --pytorch first)" >&2; exit 2; }
   # Its lib/ first, so that LibTorch's config finds its own libraries before Debian's in /usr/lib.
   extra+=("-DCMAKE_PREFIX_PATH=$prefix;$(dirname "$(dirname "$prefix")")")
   if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi

@@ -297,7 +297,7 @@ TEST(Train, SigintWritesLastCheckpointAndResumeContinues) {
   }
   // Wait until training steps are being logged (the handlers are installed by then).
   bool started = false;
-  for (int i = 0; i < 600 && !started; ++i) {
+  for (int i = 0; i < 2400 && !started; ++i) {  // up to 2 minutes: a CUDA build loads its libraries first
     usleep(50000);
     started = test::read_file(run + "/train.log").find(" step ") != std::string::npos;
   }

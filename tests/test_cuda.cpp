@@ -1,0 +1,79 @@
+// What only a CUDA device shows: training, resume and checkpoints on it. Every test here skips with the reason where
+// no device is visible (here, and in CI); scripts/gpu_check.sh runs the suite on a machine with one.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "common/runtime.h"
+#include "support.h"
+
+namespace attnmt::cuda_test {
+
+#define SKIP_WITHOUT_CUDA()                                                        \
+  do {                                                                             \
+    const std::string why = cuda_unavailable_reason();                             \
+    if (!why.empty()) GTEST_SKIP() << why << " (scripts/gpu_check.sh runs these)"; \
+  } while (0)
+
+std::string config_file(const std::string& name, double dropout) {
+  const std::string dir = test::temp_dir("cuda_" + name);
+  const std::string corpus = test::tiny_toy_corpus("cuda_corpus_" + name, 300, 30, 30, 10);
+  Config c = test::tiny_config_for(corpus, dir + "/run", "bahdanau");
+  c.device = "cuda";
+  c.model.dropout = dropout;
+  c.train.epochs = 1000;
+  c.train.batch_size = 8;
+  c.train.valid_every = 10;
+  c.train.max_steps = 20;
+  return test::write_file(dir + "/c.json", config_to_json(c).dump(2));
+}
+
+double last_valid_loss(const std::string& run) {
+  const auto rows = test::read_metrics(run);
+  return rows.empty() ? std::nan("") : rows.back()["valid_loss"].get<double>();
+}
+
+TEST(Cuda, ResumeOnTheGpuFollowsTheUninterruptedRun) {
+  SKIP_WITHOUT_CUDA();
+  const std::string cfg = config_file("resume", 0.2);  // dropout on: the CUDA generator's state must come back
+  const std::string dir = std::filesystem::path(cfg).parent_path().string();
+  ASSERT_EQ(test::run_cli("--device cuda train -c " + cfg + " --set run_dir=" + dir + "/whole").code, 0);
+  ASSERT_EQ(test::run_cli("--device cuda train -c " + cfg + " --set run_dir=" + dir + "/split --set train.max_steps=10").code, 0);
+  const auto r = test::run_cli("--device cuda train -c " + cfg + " --set run_dir=" + dir + "/split --resume");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(r.output.find("start afresh"), std::string::npos) << r.output;
+  const double a = last_valid_loss(dir + "/whole"), b = last_valid_loss(dir + "/split");
+  EXPECT_NEAR(b, a, 1e-5 * std::abs(a));
+}
+
+TEST(Cuda, AGpuCheckpointLoadsOnTheCpuAndACpuOneOnTheGpu) {
+  SKIP_WITHOUT_CUDA();
+  const std::string cfg = config_file("devices", 0.0);
+  const std::string dir = std::filesystem::path(cfg).parent_path().string();
+  ASSERT_EQ(test::run_cli("--device cuda train -c " + cfg + " --set run_dir=" + dir + "/gpu").code, 0);
+  const auto on_cpu = test::run_cli("--device cpu evaluate --run " + dir + "/gpu");
+  EXPECT_EQ(on_cpu.code, 0) << on_cpu.output;
+  EXPECT_NE(on_cpu.output.find("BLEU"), std::string::npos) << on_cpu.output;
+  ASSERT_EQ(test::run_cli("--device cpu train -c " + cfg + " --set run_dir=" + dir + "/cpu --set train.max_steps=10").code, 0);
+  const auto on_gpu = test::run_cli("--device cuda train -c " + cfg + " --set run_dir=" + dir + "/cpu --resume");
+  EXPECT_EQ(on_gpu.code, 0) << on_gpu.output;
+  EXPECT_EQ(test::read_metrics(dir + "/cpu").size(), 2u);
+}
+
+TEST(Cuda, TheFirstStepsLossMatchesTheCpus) {
+  SKIP_WITHOUT_CUDA();
+  const std::string cfg = config_file("first", 0.0);
+  const std::string dir = std::filesystem::path(cfg).parent_path().string();
+  for (const std::string d : {"cuda", "cpu"})
+    ASSERT_EQ(test::run_cli("--device " + d + " train -c " + cfg + " --set run_dir=" + dir + "/" + d +
+                            " --set train.max_steps=1 --set train.valid_every=1").code,
+              0);
+  const auto g = test::read_metrics(dir + "/cuda"), c = test::read_metrics(dir + "/cpu");
+  ASSERT_EQ(g.size(), 1u);
+  ASSERT_EQ(c.size(), 1u);
+  const double a = g[0]["train_loss"].get<double>(), b = c[0]["train_loss"].get<double>();
+  EXPECT_NEAR(a, b, 1e-4 * std::abs(b));
+}
+
+}  // namespace attnmt::cuda_test
