@@ -136,12 +136,14 @@ fig resume.exact "$([ "$a" = "$b" ] && echo true || echo false)"
 ok "5: resume: $b resumed, $a uninterrupted"
 
 # 5. The first step's training loss, device against CPU (dropout off: the two draw different masks).
-for d in "$DEVICE" cpu; do
-  "$BIN" --device "$d" train -c "$OUT/cfg.json" --set run_dir="$OUT/runs/first_$d" --set train.max_steps=1 \
-    --set model.dropout=0 >"$OUT/first_$d.log" 2>&1 || fail "6: first step on $d: $(tail -1 "$OUT/first_$d.log")"
+for side in device cpu; do
+  d=$DEVICE
+  [ "$side" = cpu ] && d=cpu
+  "$BIN" --device "$d" train -c "$OUT/cfg.json" --set run_dir="$OUT/runs/first_$side" --set train.max_steps=1 \
+    --set model.dropout=0 >"$OUT/first_$side.log" 2>&1 || fail "6: first step on $d: $(tail -1 "$OUT/first_$side.log")"
 done
 first() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['train_loss'])" "$1/metrics.jsonl"; }
-x=$(first "$OUT/runs/first_$DEVICE")
+x=$(first "$OUT/runs/first_device")
 y=$(first "$OUT/runs/first_cpu")
 fig first_step.device_loss "$x"
 fig first_step.cpu_loss "$y"
