@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The bottleneck demonstration: trains the attention-free model and three attention models on
-# data/toy with identical data, sizes, epochs and seed; evaluates each with beam 5; writes attention
+# data/toy with identical data, sizes, budget and seed, each until its validation BLEU stops improving
+# (early stopping, patience 3 from the configs; no epoch cap) or MINUTES of training are spent, whichever
+# comes first (train.json and the report say which); evaluates each with beam 5; writes attention
 # maps for a fixed set of long test sentences; compares them (BLEU by source length).
 # Resumable: finished runs are skipped, an interrupted one continues from its last checkpoint.
-# Usage: scripts/bottleneck.sh [OUT_DIR]   (default runs/bottleneck; EPOCHS=6 by default)
+# Usage: scripts/bottleneck.sh [OUT_DIR]   (default runs/bottleneck; MINUTES=4 per model by default)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-runs/bottleneck}
-EPOCHS=${EPOCHS:-6}
+MINUTES=${MINUTES:-4}
 BIN=${BIN:-build/attnmt}
 [ -x "$BIN" ] || bash scripts/build.sh
 mkdir -p "$OUT"
@@ -30,8 +32,7 @@ run_one() {  # name config extra-set...
   local mode=--overwrite
   [ -f "$dir/last.pt" ] && mode=--resume
   echo "== $name: training ($mode)"
-  $BIN train --config "$config" --set run_dir="$dir" --set train.epochs="$EPOCHS" \
-    --set train.early_stopping.patience=0 "$@" $mode
+  $BIN train --config "$config" --set run_dir="$dir" --set train.epochs=100000 --set train.max_minutes="$MINUTES" "$@" $mode
   echo "== $name: evaluating (beam 5)"
   $BIN evaluate --run "$dir" --beam 5
   if [ "$name" != none ]; then  # the attention-free model has no weights to draw

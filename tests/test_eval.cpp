@@ -479,6 +479,15 @@ TEST(CompareReport, TextTableKeepsLongRunNamesApart) {
   EXPECT_NE(lines[3].find("38.30"), std::string::npos) << lines[3];
   EXPECT_NE(lines[4].find("75%"), std::string::npos) << lines[4];
   EXPECT_NE(lines[4].find("85%"), std::string::npos) << lines[4];
+  // With what ended each run known, a sixth line says it.
+  a.ended_by = "early stopping";
+  b.ended_by = "max_minutes";
+  const std::vector<std::string> more = output_lines(attnmt::comparison_table_text({a, b}));
+  ASSERT_EQ(more.size(), 6u);
+  EXPECT_EQ(more[5].rfind("ended by", 0), 0u) << more[5];
+  EXPECT_NE(more[5].find("early stop"), std::string::npos) << more[5];
+  EXPECT_NE(more[5].find("max_minutes"), std::string::npos) << more[5];
+  EXPECT_EQ(more[5].size(), more[0].size()) << more[5];
 }
 
 TEST(Translate, NbestIsDistinctSortedAndStartsWithTheBest) {

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -613,4 +614,44 @@ TEST(Snapshots, OnePerValidationRowsSumToOneAndThePageShowsThemAll) {
   train(none, {}, torch::kCPU);
   EXPECT_TRUE(RunDir(none.run_dir).progress_snapshots().empty());
   EXPECT_NE(test::read_file(RunDir(none.run_dir).progress_index()).find("no attention"), std::string::npos);
+}
+
+// Every run says what ended it, in the log and in train.json (what `compare` and the lab report): each limit in turn.
+TEST(Train, TheRunSaysWhichLimitEndedIt) {
+  struct Case {
+    std::string name;
+    std::function<void(Config&)> set;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {"steps", [](Config& c) { c.train.max_steps = 5; }, "max_steps"},
+      {"epochs", [](Config& c) { c.train.epochs = 1; }, "epochs"},
+      // patience 1 with validations every step: the second validation that does not beat the first ends it
+      {"early", [](Config& c) { c.train.epochs = 50; c.train.valid_every = 1; c.train.lr = 1e-9; c.train.early_stopping.patience = 1;
+                                c.model.dropout = 0; c.train.teacher_forcing = 1; }, "early stopping"},
+      {"minutes", [](Config& c) { c.train.epochs = 1000; c.train.max_minutes = 1e-4; }, "max_minutes"}};
+  std::string steps_dir;
+  for (const auto& k : cases) {
+    const std::string dir = test::temp_dir("train_ended_" + k.name);
+    if (k.name == "steps") steps_dir = dir;
+    Config c = tiny_config(dir);
+    k.set(c);
+    validate(c);
+    const TrainResult r = train(c, {}, torch::kCPU);
+    EXPECT_EQ(r.ended_by, k.want) << k.name;
+    const auto ts = RunDir(dir).read_train_summary();
+    ASSERT_TRUE(ts.has_value()) << k.name;
+    EXPECT_EQ(ts->ended_by, k.want) << k.name;
+    EXPECT_EQ(ts->step, r.state.step) << k.name;
+    EXPECT_NE(test::read_file(dir + "/train.log").find("ended by " + k.want), std::string::npos) << k.name;
+  }
+  // A resumed run drops the old summary and writes its own.
+  const std::string dir = steps_dir;
+  Config c = tiny_config(dir);
+  c.train.max_steps = 7;
+  TrainOptions resume;
+  resume.resume = true;
+  EXPECT_EQ(train(c, resume, torch::kCPU).ended_by, "max_steps");
+  ASSERT_TRUE(RunDir(dir).read_train_summary().has_value());
+  EXPECT_EQ(RunDir(dir).read_train_summary()->step, 7);
 }

@@ -304,6 +304,10 @@ const std::vector<Key>& keys() {
                         "`scaled_dot` only: attention heads; must divide the attention dimension"));
     t.push_back(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
                         at_least(0, "0 = hidden_dim"), "attention dimension of `bahdanau`, luong `concat` and `scaled_dot`"));
+    t.push_back(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
+                        "`scaled_dot` only: divide the scores by √d_k (experiment key: `false` shows why it is there)"));
+    t.push_back(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
+                        "padded source positions get attention weight 0 (experiment key: `false` lets padding into the softmax)"));
 
     t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
                         "passes over the training data"));
@@ -552,6 +556,10 @@ void validate(const Config& c) {
                            std::to_string(effective_attention_dim(m)));
   if (m.input_feeding && a.type != AttentionType::kLuong && a.type != AttentionType::kScaledDot)
     fail(key(m.input_feeding), "only applies to types 'luong' and 'scaled_dot', not '" + type + "'");
+  if (!a.scale && a.type != AttentionType::kScaledDot)
+    fail(key(a.scale), "only applies to type 'scaled_dot' (the only one that scales its scores), not '" + type + "'");
+  if (!a.mask && a.type == AttentionType::kNone)
+    fail(key(a.mask), "has no effect for type 'none' (no attention to mask)");
 }
 
 std::string config_keys_markdown() {

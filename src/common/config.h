@@ -62,6 +62,9 @@ struct AttentionConfig {
   LuongScore score = LuongScore::kDefault;  // luong only: dot | general | concat (default general)
   int heads = 1;                  // scaled_dot only: number of heads
   int dim = 0;                    // attention dimension for bahdanau/concat/scaled_dot (0 = hidden_dim)
+  // Experiment keys (the attention lab): what the lesson says breaks without them.
+  bool scale = true;              // scaled_dot only: divide the scores by sqrt(d_k)
+  bool mask = true;               // padded source positions get weight exactly 0 (false: they take part in the softmax)
 };
 
 struct ModelConfig {

@@ -382,6 +382,20 @@ std::string join_tokens(const std::vector<std::string>& t) {
 
 }  // namespace
 
+bool toy_content_word_fr(const std::string& w) {
+  static const std::unordered_set<std::string> content = [] {
+    std::unordered_set<std::string> c;
+    for (const auto& n : kNouns) c.insert({n.fr_sg, n.fr_pl});
+    for (const auto* list : {&kPostAdjs, &kPreAdjs})
+      for (const auto& a : *list) c.insert({a.m_sg, a.f_sg, a.m_pl, a.f_pl});
+    for (const auto* list : {&kTransVerbs, &kIntransVerbs})
+      for (const auto& v : *list) c.insert({v.fr_sg, v.fr_pl});
+    for (const auto& a : kAdverbs) c.insert(a.fr);
+    return c;
+  }();
+  return content.count(w) > 0;
+}
+
 int toy_lexicon_size() {
   return static_cast<int>(kNouns.size() + kPostAdjs.size() + kPreAdjs.size() + kTransVerbs.size() +
                           kIntransVerbs.size() + kAdverbs.size() + kPreps.size() + 3);

@@ -40,6 +40,10 @@ struct ToyCorpusStats {
 // Writes DIR/{train,valid,test}.{en,fr,align}; returns per-split statistics (train, valid, test).
 std::vector<ToyCorpusStats> write_toy_corpus(const std::string& dir, const ToyCorpusOptions& opt);
 
+// True for a French content word of the grammar (a noun, adjective, verb or adverb form); false for its function
+// words (articles, prepositions, qui/que, et, punctuation) and anything outside it.
+bool toy_content_word_fr(const std::string& w);
+
 // Lexicon sizes, for the data README.
 int toy_lexicon_size();
 

@@ -28,10 +28,13 @@ std::string fmt(const char* f, double v) {
 
 std::string describe_attention(const ModelConfig& m) {
   const auto& a = m.attention;
-  if (a.type == AttentionType::kLuong) return "luong/" + to_string(effective_score(a)) + (m.input_feeding ? "+feeding" : "");
+  const std::string experiment = std::string(a.scale ? "" : "+unscaled") + (a.mask ? "" : "+unmasked");
+  if (a.type == AttentionType::kLuong)
+    return "luong/" + to_string(effective_score(a)) + (m.input_feeding ? "+feeding" : "") + experiment;
   if (a.type == AttentionType::kScaledDot)
-    return "scaled_dot/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads") + (m.input_feeding ? "+feeding" : "");
-  return to_string(a.type);
+    return "scaled_dot/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads") + (m.input_feeding ? "+feeding" : "") +
+           experiment;
+  return to_string(a.type) + experiment;
 }
 
 std::string bucket_label(const BucketScore& b) {
@@ -75,6 +78,7 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
     s.epochs = m.epoch;
     s.steps = m.step;
   }
+  if (auto ts = rd.read_train_summary()) s.ended_by = ts->ended_by;
   if (fs::is_regular_file(rd.maps_index())) s.maps = rd.maps_index();
   if (fs::is_regular_file(rd.progress_index())) s.progress = rd.progress_index();
   // The longest source sentence of the split, for the report's side-by-side view.
@@ -175,6 +179,13 @@ std::string comparison_table_text(const std::vector<RunSummary>& runs) {
     }
   }
   o << "\n";
+  if (std::any_of(runs.begin(), runs.end(), [](const RunSummary& r) { return !r.ended_by.empty(); })) {
+    std::snprintf(buf, sizeof(buf), "%-21s", "ended by");
+    o << buf;
+    for (const auto& r : runs)
+      cell(" %*s", r.ended_by.empty() ? "?" : r.ended_by == "early stopping" ? "early stop" : r.ended_by.c_str());
+    o << "\n";
+  }
   return o.str();
 }
 
@@ -198,21 +209,22 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     nlohmann::json e = r.eval.to_json();
     j["runs"].push_back({{"run", r.dir},       {"name", r.name},         {"attention", r.attention},
                          {"parameters", r.parameters}, {"train_s", r.train_s}, {"epochs", r.epochs},
-                         {"steps", r.steps},  {"eval", e}});
+                         {"steps", r.steps},  {"ended_by", r.ended_by}, {"eval", e}});
   }
   write_file_atomic(out + "/report.json", j.dump(2) + "\n");
 
   // report.md
   std::ostringstream md;
   md << "# attnmt comparison (" << split << " set)\n\n";
-  md << "| run | attention | parameters | train min | epochs | BLEU | chrF | AER |";
+  md << "| run | attention | parameters | train min | epochs | ended by | BLEU | chrF | AER |";
   for (const auto& l : labels) md << " BLEU " << l << " |";
-  md << "\n|---|---|---|---|---|---|---|---|";
+  md << "\n|---|---|---|---|---|---|---|---|---|";
   for (size_t k = 0; k < labels.size(); ++k) md << "---|";
   md << "\n";
   for (const auto& r : runs) {
     md << "| " << r.name << " | " << r.attention << " | " << r.parameters << " | " << fmt("%.1f", r.train_s / 60) << " | "
-       << r.epochs << " | " << fmt("%.2f", r.eval.bleu) << " | " << fmt("%.2f", r.eval.chrf) << " | "
+       << r.epochs << " | " << (r.ended_by.empty() ? std::string("?") : r.ended_by) << " | " << fmt("%.2f", r.eval.bleu) << " | "
+       << fmt("%.2f", r.eval.chrf) << " | "
        << (r.eval.aer ? fmt("%.3f", *r.eval.aer) : std::string("–")) << " |";
     for (const auto& b : r.eval.by_length) md << " " << fmt("%.2f", b.bleu) << " |";
     md << "\n";
@@ -247,12 +259,13 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
        "padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}</style></head><body>\n";
   h << "<h1>attnmt comparison (" << xml_escape(split) << " set)</h1>\n<p>" << xml_escape(paragraph) << "</p>\n";
   h << "<img src=\"bleu_by_length.svg\" alt=\"BLEU by source length\">\n<table><tr><th>run</th><th>attention</th>"
-       "<th>parameters</th><th>train min</th><th>epochs</th><th>BLEU</th><th>chrF</th><th>AER</th>";
+       "<th>parameters</th><th>train min</th><th>epochs</th><th>ended by</th><th>BLEU</th><th>chrF</th><th>AER</th>";
   for (const auto& l : labels) h << "<th>" << xml_escape(l) << "</th>";
   h << "<th>attention maps</th><th>during training</th></tr>\n";
   for (const auto& r : runs) {
     h << "<tr><td>" << xml_escape(r.name) << "</td><td>" << xml_escape(r.attention) << "</td><td>" << r.parameters << "</td><td>"
-      << fmt("%.1f", r.train_s / 60) << "</td><td>" << r.epochs << "</td><td>" << fmt("%.2f", r.eval.bleu) << "</td><td>"
+      << fmt("%.1f", r.train_s / 60) << "</td><td>" << r.epochs << "</td><td>" << xml_escape(r.ended_by.empty() ? "?" : r.ended_by)
+      << "</td><td>" << fmt("%.2f", r.eval.bleu) << "</td><td>"
       << fmt("%.2f", r.eval.chrf) << "</td><td>" << (r.eval.aer ? fmt("%.3f", *r.eval.aer) : std::string("&ndash;")) << "</td>";
     for (const auto& b : r.eval.by_length) h << "<td>" << fmt("%.2f", b.bleu) << "</td>";
     std::error_code ec;

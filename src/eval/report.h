@@ -19,6 +19,7 @@ struct RunSummary {
   int64_t parameters = 0;
   double train_s = 0;         // training time (elapsed_s of the last validation)
   int64_t epochs = 0, steps = 0;
+  std::string ended_by;       // what ended its training (train.json: "early stopping", "max_minutes", ...); "" unknown
   EvalResult eval;            // from run_dir/eval/<split>.json
   std::string maps;           // run_dir/maps/index.html when present
   std::string progress;       // run_dir/progress/index.html (attention during training) when present
@@ -38,7 +39,8 @@ RunSummary summarize_run(const std::string& dir, const std::string& split, const
 std::string comparison_paragraph(const std::vector<RunSummary>& runs);
 
 // BLEU by source length side by side, one column per run, and each run's share of its shortest bucket's
-// BLEU kept on its longest (buckets with at least 5% of the sentences), as plain text for the terminal.
+// BLEU kept on its longest (buckets with at least 5% of the sentences), as plain text for the terminal; when any
+// run says what ended its training, a last line "ended by".
 std::string comparison_table_text(const std::vector<RunSummary>& runs);
 
 // Writes report.md, report.json, bleu_by_length.svg and index.html into out.

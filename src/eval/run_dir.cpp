@@ -42,8 +42,35 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
   return m;
 }
 
+nlohmann::json TrainSummary::to_json() const {
+  return {{"ended_by", ended_by}, {"step", step}, {"epochs", epochs}, {"elapsed_s", elapsed_s}, {"metric", metric},
+          {"best_metric", best_metric}};
+}
+
+void RunDir::write_train_summary(const TrainSummary& s) const { write_file_atomic(train_summary(), s.to_json().dump(2) + "\n"); }
+
+std::optional<TrainSummary> RunDir::read_train_summary() const {
+  std::ifstream in(train_summary(), std::ios::binary);
+  if (!in) return std::nullopt;
+  auto j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("ended_by") || !j["ended_by"].is_string()) return std::nullopt;
+  TrainSummary s;
+  try {
+    s.ended_by = j["ended_by"].get<std::string>();
+    s.step = j.value("step", int64_t{0});
+    s.epochs = j.value("epochs", 0.0);
+    s.elapsed_s = j.value("elapsed_s", 0.0);
+    s.metric = j.value("metric", std::string());
+    s.best_metric = j.value("best_metric", 0.0);
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+  return s;
+}
+
 std::vector<std::string> RunDir::training_files() const {
-  std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), src_spm(), tgt_spm(), train_log(), curves()};
+  std::vector<std::string> f = {last(), best(), metrics(), config(), src_vocab(), tgt_vocab(), src_spm(), tgt_spm(), train_log(), curves(),
+                                train_summary()};
   for (auto& p : periodic_checkpoints()) f.push_back(std::move(p));
   for (auto& p : progress_snapshots()) f.push_back(std::move(p));
   f.push_back(progress_index());

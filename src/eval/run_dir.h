@@ -27,6 +27,17 @@ struct MetricsRecord {
   static std::optional<MetricsRecord> parse(const std::string& line);
 };
 
+// train.json: how the last training of the run ended (written when it ends other than by a signal).
+struct TrainSummary {
+  std::string ended_by;    // "early stopping" | "max_minutes" | "max_steps" | "epochs"
+  int64_t step = 0;        // updates done
+  double epochs = 0;       // passes over the training data (fractional)
+  double elapsed_s = 0;    // training time, validations included
+  std::string metric;      // the early-stopping metric (bleu | ppl)
+  double best_metric = 0;  // its best validation value
+  nlohmann::json to_json() const;
+};
+
 class RunDir {
  public:
   explicit RunDir(std::string path) : path_(std::move(path)) {}
@@ -43,6 +54,7 @@ class RunDir {
   std::string metrics() const { return file("metrics.jsonl"); }
   std::string train_log() const { return file("train.log"); }
   std::string curves() const { return file("curves.svg"); }
+  std::string train_summary() const { return file("train.json"); }
   std::string maps_index() const { return file("maps/index.html"); }
   std::string eval_dir() const { return file("eval"); }
   std::string eval_json(const std::string& name) const { return file("eval/" + name + ".json"); }
@@ -75,6 +87,10 @@ class RunDir {
   std::vector<MetricsRecord> read_metrics() const;
   // Drops the records after `step` (logged after the checkpoint being resumed); returns how many.
   int drop_metrics_after(int64_t step) const;
+
+  // Writes train.json atomically; reads it (nullopt when absent or unreadable: a run from before it existed).
+  void write_train_summary(const TrainSummary& s) const;
+  std::optional<TrainSummary> read_train_summary() const;
 
   // Writes eval/<name>.hyp (one hypothesis per line) and eval/<name>.json, each atomically.
   void write_eval(const std::string& name, const EvalResult& r, const std::vector<std::string>& hyps) const;

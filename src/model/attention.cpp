@@ -3,6 +3,8 @@
 #include "kernels/mode.h"
 
 #include <algorithm>
+
+#include <ATen/CPUGeneratorImpl.h>
 #include <cmath>
 
 namespace attnmt {
@@ -23,22 +25,46 @@ torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& m
 }
 
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask) {
+                                   const torch::Tensor& mask, bool scale) {
   TORCH_CHECK(q.dim() == k.dim() && k.dim() == v.dim(), "scaled_dot_product: q, k, v need the same rank");
   TORCH_CHECK(q.size(-1) == k.size(-1), "scaled_dot_product: q and k dims differ: ", q.sizes(), " vs ", k.sizes());
   TORCH_CHECK(k.size(-2) == v.size(-2), "scaled_dot_product: k and v lengths differ");
   TORCH_CHECK(q.sizes().slice(0, q.dim() - 2) == k.sizes().slice(0, k.dim() - 2) &&
                   k.sizes().slice(0, k.dim() - 2) == v.sizes().slice(0, v.dim() - 2),
               "scaled_dot_product: q, k, v need the same leading axes, got ", q.sizes(), ", ", k.sizes(), ", ", v.sizes());
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const double factor = scale ? 1.0 / std::sqrt(static_cast<double>(q.size(-1))) : 1.0;
   // The leading axes (batch, heads) as one for the batched products: [N, T, d]
   auto flat = [](const torch::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); };
   std::vector<int64_t> shape = q.sizes().vec();
   shape.back() = k.size(-2);
-  torch::Tensor scores = batched_product(flat(q), flat(k).transpose(1, 2)).view(shape) * scale;  // [..., T, S]
+  torch::Tensor scores = batched_product(flat(q), flat(k).transpose(1, 2)).view(shape);  // [..., T, S]
+  if (scale) scores = scores * factor;
   torch::Tensor w = masked_softmax(scores, mask);
   shape.back() = v.size(-1);
-  return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor()};
+  return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor(), scores};
+}
+
+void AttentionImpl::override_weights(WeightOverride o, uint64_t seed) {
+  override_ = o;
+  override_seed_ = seed;
+  override_gen_ = at::detail::createCPUGenerator(seed);
+}
+
+torch::Tensor AttentionImpl::overridden(const torch::Tensor& w, const torch::Tensor& mask) {
+  if (override_ == WeightOverride::kNone) return w;
+  const torch::Tensor m = mask.unsqueeze(1).expand_as(w);  // [B, T, S]
+  if (override_ == WeightOverride::kUniform) {
+    torch::Tensor u = m.to(w.scalar_type());
+    return u / u.sum(-1, true);
+  }
+  // Permuted: sorting random keys (padding last) gives a random order of the real positions; the position order
+  // with padding last says where each goes, so that padding keeps its zero.
+  const int64_t S = w.size(-1);
+  torch::Tensor keys = torch::rand(w.sizes(), override_gen_, torch::TensorOptions().dtype(torch::kFloat)).to(w.device());
+  torch::Tensor random_order = std::get<1>(keys.masked_fill(m.logical_not(), 2.0).sort(-1));
+  torch::Tensor position = torch::arange(S, torch::TensorOptions().dtype(torch::kFloat).device(w.device())).expand_as(w);
+  torch::Tensor plain_order = std::get<1>(position.masked_fill(m.logical_not(), static_cast<double>(2 * S)).sort(-1));
+  return torch::zeros_like(w).scatter(-1, plain_order, w.gather(-1, random_order));
 }
 
 namespace {
@@ -103,8 +129,9 @@ AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
   torch::Tensor scores = additive_scores(decoding_linear(*this, w_query, packed_query_, query), mem.keys, v->weight.view({-1}));  // [B, T, S]
-  torch::Tensor w = masked_softmax(scores, mem.mask);
-  return {context(w, mem.values), w, torch::Tensor()};  // [B, T, H_enc]
+  record(scores);
+  torch::Tensor w = overridden(masked_softmax(scores, mem.mask), mem.mask);
+  return {context(w, mem.values), w, torch::Tensor(), scores};  // [B, T, H_enc]
 }
 
 MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general) : key_dim_(key_dim) {
@@ -125,12 +152,13 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
   // [B, T, S]; one query per sentence while decoding: the row kernel instead of B tiny BLAS products
   torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
                                                         : batched_product(query, mem.keys.transpose(1, 2));
-  torch::Tensor wts = masked_softmax(scores, mem.mask);
-  return {context(wts, mem.values), wts, torch::Tensor()};
+  record(scores);
+  torch::Tensor wts = overridden(masked_softmax(scores, mem.mask), mem.mask);
+  return {context(wts, mem.values), wts, torch::Tensor(), scores};
 }
 
-MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads)
-    : key_dim_(key_dim), attn_dim_(attn_dim), heads_(heads) {
+MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads, bool scale)
+    : key_dim_(key_dim), attn_dim_(attn_dim), heads_(heads), scale_(scale) {
   TORCH_CHECK(attn_dim % heads == 0, "attention dim ", attn_dim, " not divisible by ", heads, " heads");
   wq = register_module("wq", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
   wk = register_module("wk", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(false)));
@@ -152,9 +180,11 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
               query.sizes());
   const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
   torch::Tensor q = decoding_linear(*this, wq, packed_wq_, query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
-  AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask);  // ctx [B, h, T, d], w [B, h, T, S]
+  AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_);  // ctx [B, h, T, d], w [B, h, T, S]
+  record(o.scores);
+  TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
   torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
-  return {decoding_linear(*this, wo, packed_wo_, ctx), o.weights.mean(1), o.weights};
+  return {decoding_linear(*this, wo, packed_wo_, ctx), o.weights.mean(1), o.weights, o.scores};
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {
@@ -169,7 +199,7 @@ std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {
       if (s == LuongScore::kConcat) return std::make_shared<AdditiveAttention>(H, H, A);
       return std::make_shared<MultiplicativeAttention>(H, H, s == LuongScore::kGeneral);
     }
-    case AttentionType::kScaledDot: return std::make_shared<MultiHeadAttention>(H, H, A, a.heads);
+    case AttentionType::kScaledDot: return std::make_shared<MultiHeadAttention>(H, H, A, a.heads, a.scale);
   }
   TORCH_CHECK(false, "unknown attention type ", static_cast<int>(a.type));
 }

@@ -4,6 +4,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -26,11 +27,13 @@ struct AttentionOutput {
   torch::Tensor context;       // [B, T, C]
   torch::Tensor weights;       // [B, T, S], rows sum to 1 (mean over heads)
   torch::Tensor head_weights;  // [B, heads, T, S] for multi-head attention, else undefined
+  torch::Tensor scores;        // the scores before the softmax, [..., T, S] (scaled_dot_product only)
 };
 
-// softmax(q k^T / sqrt(d)) v with masking. q [B, T, d], k [B, S, d], v [B, S, dv], mask [B, S] bool.
+// softmax(q k^T / sqrt(d)) v with masking. q [B, T, d], k [B, S, d], v [B, S, dv], mask [B, S] bool (or any
+// leading axes shared by q, k, v). scale false leaves out the 1/sqrt(d) (the lab's experiment key).
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask);
+                                   const torch::Tensor& mask, bool scale = true);
 
 // Additive scores v^T tanh(wq_t + k_s) for every query t and key s, as one autograd node:
 // wq [B, T, A], keys [B, S, A], v [A] -> [B, T, S]. For float CPU tensors the forward is one pass over the
@@ -49,6 +52,29 @@ class AttentionImpl : public torch::nn::Module {
   virtual AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) = 0;
   virtual int64_t context_dim() const = 0;
   virtual int64_t heads() const { return 1; }
+  // Instrumentation for the attention lab: while a sink is set, attend() appends its scores before the softmax
+  // ([B, T, S], or [B, heads, T, S]) to it, with their gradient retained when they have one. Null: off.
+  void record_scores(std::vector<torch::Tensor>* sink) { score_sink_ = sink; }
+  // Counterfactual decoding (the lab): the weights replaced, before the context is formed, by uniform weights over
+  // the real source positions or by the model's own weights permuted among them (seeded). Bahdanau and Luong only.
+  enum class WeightOverride { kNone, kUniform, kPermuted };
+  void override_weights(WeightOverride o, uint64_t seed = 1);
+
+ protected:
+  // w [B, T, S] as override_weights says (unchanged while it is kNone).
+  torch::Tensor overridden(const torch::Tensor& w, const torch::Tensor& mask);
+  bool overriding() const { return override_ != WeightOverride::kNone; }
+  void record(const torch::Tensor& scores) const {
+    if (!score_sink_) return;
+    if (scores.requires_grad()) const_cast<torch::Tensor&>(scores).retain_grad();
+    score_sink_->push_back(scores);
+  }
+
+ private:
+  std::vector<torch::Tensor>* score_sink_ = nullptr;
+  WeightOverride override_ = WeightOverride::kNone;
+  uint64_t override_seed_ = 1;
+  at::Generator override_gen_;
 };
 
 // Bahdanau et al. 2015 (additive): score(s, h) = v^T tanh(W s + U h). Also Luong's "concat":
@@ -85,7 +111,8 @@ class MultiplicativeAttention : public AttentionImpl {
 // K and V projected from the encoder states, heads concatenated and projected back.
 class MultiHeadAttention : public AttentionImpl {
  public:
-  MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads);
+  // scale false: scores q·k without the 1/sqrt(d) (model.attention.scale).
+  MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads, bool scale = true);
   AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
   AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
   int64_t context_dim() const override { return key_dim_; }
@@ -93,6 +120,7 @@ class MultiHeadAttention : public AttentionImpl {
 
  private:
   int64_t key_dim_, attn_dim_, heads_;
+  bool scale_;
   torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
   PackedLinear packed_wq_, packed_wo_;  // while decoding
 };

@@ -26,6 +26,7 @@ DecoderDims decoder_dims(const ModelConfig& cfg) {
 DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
     : luong_style_(decoder_dims(cfg).luong_style),
       input_feeding_(cfg.input_feeding),
+      mask_padding_(cfg.attention.mask),
       hidden_(cfg.hidden_dim),
       layers_(cfg.decoder_layers) {
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
@@ -56,7 +57,8 @@ DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
 
 AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
   if (!attention_) return {torch::Tensor(), torch::Tensor(), enc.mask};
-  return attention_->prepare(enc.states, enc.mask);
+  // model.attention.mask false (an experiment): every position, padding included, takes part in the softmax.
+  return attention_->prepare(enc.states, mask_padding_ ? enc.mask : torch::ones_like(enc.mask));
 }
 
 DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {

@@ -71,6 +71,8 @@ class DecoderImpl : public torch::nn::Module {
   // The path forward() takes for these arguments: the one place it is chosen.
   DecoderPath path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const;
   int64_t heads() const { return attention_ ? attention_->heads() : 0; }
+  // The attention mechanism (null without attention), for instrumentation (AttentionImpl::record_scores).
+  AttentionImpl* attention() const { return attention_.get(); }
 
  private:
   // The paths of forward() (state is advanced in place; rows as in forward()).
@@ -89,6 +91,7 @@ class DecoderImpl : public torch::nn::Module {
 
   bool luong_style_;    // attention queried with the current state (luong, scaled_dot)
   bool input_feeding_;  // h~_{t-1} joins the next input
+  bool mask_padding_;   // model.attention.mask
   int64_t hidden_, layers_;
   torch::nn::Embedding embed{nullptr};
   torch::nn::Dropout drop{nullptr};

@@ -16,8 +16,17 @@ EncoderOutput EncoderImpl::forward(const torch::Tensor& src, const torch::Tensor
   TORCH_CHECK(src.dim() == 2, "Encoder: src must be [B, S], got ", src.sizes());
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == src.size(0), "Encoder: lengths must be [B], got ", lengths.sizes());
   TORCH_CHECK(mask.sizes() == src.sizes(), "Encoder: mask must match src, got ", mask.sizes());
+  return from_embeddings(embed(src), lengths, mask);
+}
+
+EncoderOutput EncoderImpl::from_embeddings(const torch::Tensor& emb, const torch::Tensor& lengths, const torch::Tensor& mask) {
+  TORCH_CHECK(emb.dim() == 3 && emb.size(2) == embed->weight.size(1), "Encoder: embeddings must be [B, S, ", embed->weight.size(1),
+              "], got ", emb.sizes());
+  TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == emb.size(0), "Encoder: lengths must be [B], got ", lengths.sizes());
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == emb.size(0) && mask.size(1) == emb.size(1), "Encoder: mask must be [B, S], got ",
+              mask.sizes());
   TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
-  torch::Tensor x = drop(embed(src));                     // [B, S, E]
+  torch::Tensor x = drop(emb);                            // [B, S, E]
   auto [states, st] = rnn->forward_lengths(x, lengths);   // [B, S, H], h [L*dirs, B, H/dirs]
   auto last = [&](const torch::Tensor& t) {
     if (!t.defined()) return torch::Tensor();

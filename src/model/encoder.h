@@ -20,6 +20,10 @@ class EncoderImpl : public torch::nn::Module {
   EncoderImpl(const ModelConfig& cfg, int64_t vocab);
   // src [B, S] int64, lengths [B] int64 on the CPU, mask [B, S] bool.
   EncoderOutput forward(const torch::Tensor& src, const torch::Tensor& lengths, const torch::Tensor& mask);
+  // The same from the source embeddings [B, S, E] (embed(src)), so that attributions can take gradients with
+  // respect to them (the lab's gradient x input).
+  EncoderOutput from_embeddings(const torch::Tensor& emb, const torch::Tensor& lengths, const torch::Tensor& mask);
+  torch::Tensor embed_tokens(const torch::Tensor& src) { return embed(src); }  // [B, S] -> [B, S, E]
 
  private:
   bool bidirectional_;

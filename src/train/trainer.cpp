@@ -371,12 +371,24 @@ void Trainer::save(const std::vector<std::string>& paths) {
   for (const auto& p : paths) save_checkpoint(p, model_, &optim_, st_, so);
 }
 
-bool Trainer::should_stop() const {
-  return st_.epoch >= cfg_.epochs || (cfg_.max_steps > 0 && st_.step >= cfg_.max_steps) || time_up_ ||
-         (cfg_.early_stopping.patience > 0 && st_.bad_validations >= cfg_.early_stopping.patience);
+std::string Trainer::stop_reason() const {
+  if (cfg_.early_stopping.patience > 0 && st_.bad_validations >= cfg_.early_stopping.patience) return "early stopping";
+  if (time_up_) return "max_minutes";
+  if (cfg_.max_steps > 0 && st_.step >= cfg_.max_steps) return "max_steps";
+  if (st_.epoch >= cfg_.epochs) return "epochs";
+  return "";
 }
 
 namespace {
+
+// A stop reason with its limit, for the log: "early stopping (patience 3)", "max_minutes (4)".
+std::string describe_stop(const std::string& reason, const TrainConfig& t) {
+  if (reason == "early stopping") return reason + " (patience " + std::to_string(t.early_stopping.patience) + ")";
+  if (reason == "max_minutes") return reason + fmt::format(" ({:g})", t.max_minutes);
+  if (reason == "max_steps") return reason + " (" + std::to_string(t.max_steps) + ")";
+  if (reason == "epochs") return reason + " (" + std::to_string(t.epochs) + ")";
+  return reason;
+}
 
 // The run directory before training: refuses to resume nothing or to replace a run without --overwrite.
 void check_run_dir(const RunDir& dir, const Config& cfg, const TrainOptions& opt, bool main_rank) {
@@ -433,6 +445,8 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     }
     remove_stale_temporaries(dir.path());
     if (opt.resume) {
+      std::error_code ec;
+      fs::remove(dir.train_summary(), ec);  // written again when this training ends
       if (int dropped = dir.drop_metrics_after(st.step))
         spdlog::info("{}: dropped {} line(s) logged after step {}, the step being resumed", dir.metrics(), dropped, st.step);
       dir.drop_progress_after(st.step);
@@ -542,10 +556,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     window_tokens = 0;
     window_t = now_s();
     if (cfg.train.early_stopping.patience > 0 && st.bad_validations >= cfg.train.early_stopping.patience)
-      spdlog::info("early stopping: {} validations without improvement", st.bad_validations);
+      spdlog::info("early stopping: {} validations without improvement on validation {}", st.bad_validations,
+                   cfg.train.early_stopping.metric);
   };
 
   int64_t last_validated = opt.resume ? st.step : -1;
+  int64_t batches_per_epoch = 1;
   const int64_t first_step = st.step;
   const double loop_start = now_s();
   // Time to the end of training at this process's pace (validations included): epochs, max_steps or
@@ -562,6 +578,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
     auto plan = make_batch_plan(data.train, cfg.train.batch_size, static_cast<uint64_t>(cfg.train.seed), st.epoch, true, 50,
                                 cfg.train.batch_tokens);
     const int64_t per_epoch = static_cast<int64_t>(plan.size());
+    batches_per_epoch = per_epoch;
     while (st.batch_in_epoch < per_epoch) {
       const auto& rows = plan[static_cast<size_t>(st.batch_in_epoch)];
       int64_t batch_tokens = 0;  // target tokens of the whole batch, <eos> included
@@ -613,6 +630,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
         if (main_rank) spdlog::warn("stopped by signal {} at step {}; resume with --resume ({} written)", sig, st.step, dir.last());
         result.state = st;
         result.exit_code = 128 + sig;
+        result.ended_by = "signal";
         return result;
       }
       if (stop || at_epoch_end) break;
@@ -620,8 +638,20 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   }
   st.finished = true;
   trainer.save({dir.last()});
-  spdlog::info("training done at step {} ({:.1f} s); best {} {:.3f}; checkpoints {} and {}{}", st.step,
-               st.elapsed_s, cfg.train.early_stopping.metric, st.best_metric, dir.best(), dir.last(), comm_note());
+  result.ended_by = trainer.stop_reason();
+  spdlog::info("training done at step {} ({:.1f} s), ended by {}; best {} {:.3f}; checkpoints {} and {}{}", st.step,
+               st.elapsed_s, describe_stop(result.ended_by, cfg.train), cfg.train.early_stopping.metric, st.best_metric,
+               dir.best(), dir.last(), comm_note());
+  if (main_rank) {
+    TrainSummary ts;
+    ts.ended_by = result.ended_by;
+    ts.step = st.step;
+    ts.epochs = static_cast<double>(st.epoch) + static_cast<double>(st.batch_in_epoch) / std::max<double>(1.0, static_cast<double>(batches_per_epoch));
+    ts.elapsed_s = st.elapsed_s;
+    ts.metric = cfg.train.early_stopping.metric;
+    ts.best_metric = st.best_metric;
+    dir.write_train_summary(ts);
+  }
   result.state = st;
   return result;
 }

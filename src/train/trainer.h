@@ -40,7 +40,8 @@ struct ValidationResult {
 struct TrainResult {
   TrainerState state;
   std::vector<ValidationResult> validations;
-  int exit_code = 0;  // 0, or 130/143 when stopped by SIGINT/SIGTERM
+  int exit_code = 0;     // 0, or 130/143 when stopped by SIGINT/SIGTERM
+  std::string ended_by;  // Trainer::stop_reason() at the end, or "signal"
 };
 
 // Prepared data for a run.
@@ -98,7 +99,10 @@ class Trainer {
   void save(const std::vector<std::string>& paths);
 
   // True when a limit ends training: epochs, max_steps, max_minutes (as of the last step) or early stopping.
-  bool should_stop() const;
+  bool should_stop() const { return !stop_reason().empty(); }
+  // Which limit ends training, in the words the log and train.json use: "early stopping", "max_minutes",
+  // "max_steps" or "epochs" (the first that holds, in that order), or "" while none does.
+  std::string stop_reason() const;
 
   // Training time: before this process (from the checkpoint) plus since construction.
   double elapsed_s() const;
