@@ -4,7 +4,7 @@
 # (early stopping, patience 3 from the configs; no epoch cap) or its half of the time budget is spent, whichever
 # comes first (the log and the table say which), evaluate both on the test set (beam 5, BLEU by source length),
 # write the Bahdanau model's attention maps, compare the two, and print the side-by-side table and where every
-# result was written. MINUTES (default 8) is the training time of both together; a CUDA machine trains on the
+# result was written. MINUTES (default 12) is the training time of both together; a CUDA machine trains on the
 # GPU (device auto).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,7 @@ bash scripts/setup.sh
 bash scripts/build.sh
 BIN=build/attnmt
 OUT=${OUT:-runs/demo}
-MINUTES=${MINUTES:-8}
+MINUTES=${MINUTES:-12}
 EACH=$(awk "BEGIN { print $MINUTES / 2 }")
 mkdir -p "$OUT"
 
