@@ -10,6 +10,34 @@
 #include "viz/attention_maps.h"
 
 namespace attnmt::cli {
+namespace {
+// [heads, Q, K] -> [heads][Q][K]
+std::vector<std::vector<std::vector<float>>> head_rows(const torch::Tensor& heads) {
+  std::vector<std::vector<std::vector<float>>> out;
+  const torch::Tensor h = heads.to(torch::kFloat).contiguous();
+  for (int64_t k = 0; k < h.size(0); ++k) {
+    std::vector<std::vector<float>> rows;
+    for (int64_t j = 0; j < h.size(1); ++j) {
+      const torch::Tensor r = h[k][j].contiguous();
+      rows.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+    }
+    out.push_back(std::move(rows));
+  }
+  return out;
+}
+// A self-attention layer's map: queries and keys from one sequence (tokens), the mean of the heads, and each head.
+AttentionMap self_attention_map(const torch::Tensor& heads, const std::vector<std::string>& tokens, const AttentionMap& pair,
+                                const std::string& layer) {
+  AttentionMap m;
+  m.self_attention = layer;
+  m.src_tokens = m.tgt_tokens = tokens;
+  m.weights = head_rows(heads.mean(0, true))[0];
+  if (heads.size(0) > 1) m.heads = head_rows(heads);
+  m.source_text = pair.source_text;
+  m.target_text = pair.target_text;
+  return m;
+}
+}  // namespace
 
 Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
   struct Options {
@@ -86,7 +114,8 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
             }
             // Maps come from forcing the chosen target through the model: the same computation as decoding.
             std::vector<torch::Tensor> heads;
-            auto weights = forced_attention(run, src_tok, tgt_tok, &heads);
+            std::vector<SelfAttentionMaps> self_maps;
+            auto weights = forced_attention(run, src_tok, tgt_tok, &heads, nullptr, &self_maps);
             make_dirs(opt->out);
             std::vector<std::pair<std::string, AttentionMap>> entries;
             AerCounts total;
@@ -97,17 +126,7 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
               m.weights = weights[i];
               m.source_text = srcs[i];
               m.target_text = tgt_text[i];
-              if (heads[i].defined() && heads[i].size(0) > 1) {
-                auto h = heads[i].contiguous();
-                for (int64_t k = 0; k < h.size(0); ++k) {
-                  std::vector<std::vector<float>> rows;
-                  for (int64_t j = 0; j < h.size(1); ++j) {
-                    auto r = h[k][j].contiguous();
-                    rows.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
-                  }
-                  m.heads.push_back(std::move(rows));
-                }
-              }
+              if (heads[i].defined() && heads[i].size(0) > 1) m.heads = head_rows(heads[i]);
               char stem[16];
               std::snprintf(stem, sizeof(stem), "%04zu", i + 1);
               if (m.src_tokens.empty() || m.tgt_tokens.empty()) {
@@ -140,8 +159,20 @@ Command setup_attention(CLI::App& parent, const GlobalOptions& g) {
                 if (has("svg")) write_file_atomic(base + ".svg", attention_svg(map));
                 entries.emplace_back(name, std::move(map));
               };
+              // Self-attention, per layer (one panel per head): source x source, and target x target over the
+              // decoder's inputs (<bos> y1 .. y_T), where the causal mask leaves the upper triangle 0.
+              std::vector<std::pair<std::string, AttentionMap>> self;
+              std::vector<std::string> dec_inputs = {"<bos>"};
+              dec_inputs.insert(dec_inputs.end(), m.tgt_tokens.begin(), m.tgt_tokens.end());
+              for (size_t l = 0; l < self_maps[i].encoder.size(); ++l)
+                self.emplace_back(std::string(stem) + ".encoder" + std::to_string(l + 1),
+                                  self_attention_map(self_maps[i].encoder[l], m.src_tokens, m, "encoder layer " + std::to_string(l + 1)));
+              for (size_t l = 0; l < self_maps[i].decoder.size(); ++l)
+                self.emplace_back(std::string(stem) + ".decoder" + std::to_string(l + 1),
+                                  self_attention_map(self_maps[i].decoder[l], dec_inputs, m, "decoder layer " + std::to_string(l + 1)));
               write(stem, std::move(m));
               if (words) write(std::string(stem) + ".words", std::move(*words));
+              for (auto& [name, map] : self) write(name, std::move(map));
             }
             std::optional<double> corpus_aer;
             if (!aligns.empty()) corpus_aer = total.aer();

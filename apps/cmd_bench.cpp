@@ -158,6 +158,8 @@ struct BenchRow {
   double gradient_mb = 0;
 };
 
+// The benchmark's rows: the attention types over the RNN encoder-decoder, then the self-attention encoder-decoder
+// ("self_attention": 3 layers a side, 8 heads, scaled dot-product cross-attention with 8 heads).
 std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
   std::vector<std::pair<std::string, AttentionConfig>> all = {
       {"none", {AttentionType::kNone, LuongScore::kDefault, 1, 0}},
@@ -165,12 +167,13 @@ std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string&
       {"luong_dot", {AttentionType::kLuong, LuongScore::kDot, 1, 0}},
       {"luong_general", {AttentionType::kLuong, LuongScore::kGeneral, 1, 0}},
       {"luong_concat", {AttentionType::kLuong, LuongScore::kConcat, 1, 0}},
-      {"scaled_dot", {AttentionType::kScaledDot, LuongScore::kDefault, 4, 0}}};
+      {"scaled_dot", {AttentionType::kScaledDot, LuongScore::kDefault, 4, 0}},
+      {"self_attention", {AttentionType::kScaledDot, LuongScore::kDefault, 8, 0}}};
   if (which == "all") return all;
   for (auto& v : all)
-    if (v.first == which || to_string(v.second.type) == which) return {v};
+    if (v.first == which || (v.first != "self_attention" && to_string(v.second.type) == which)) return {v};
   throw UsageError("--attention: unknown value '" + which +
-                   "'. Valid options: all, none, bahdanau, luong, luong_dot, luong_general, luong_concat, scaled_dot");
+                   "'. Valid options: all, none, bahdanau, luong, luong_dot, luong_general, luong_concat, scaled_dot, self_attention");
 }
 }  // namespace
 
@@ -189,7 +192,8 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("bench", "Measure training/decoding throughput against this machine's matmul rate");
   app->add_option("--config,-c", opt->config, "Config whose model section is benchmarked (default: the benchmark model)");
-  app->add_option("--attention", opt->attention, "all | none | bahdanau | luong_dot | luong_general | luong_concat | scaled_dot")
+  app->add_option("--attention", opt->attention,
+                  "all | none | bahdanau | luong_dot | luong_general | luong_concat | scaled_dot | self_attention")
       ->capture_default_str();
   app->add_option("--steps", opt->steps, "Timed training steps per attention type")->capture_default_str()->check(CLI::Range(1, 100000));
   app->add_option("--batch", opt->batch, "Sentences per batch")->capture_default_str()->check(CLI::Range(1, 4096));
@@ -262,7 +266,19 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             for (auto& [name, att] : variants(opt->attention)) {
               ModelConfig m = base;
               m.attention = att;
-              m.input_feeding = opt->input_feeding && (att.type == AttentionType::kLuong || att.type == AttentionType::kScaledDot);
+              if (name == "self_attention") {
+                m.encoder.type = m.decoder.type = LayerType::kSelfAttention;
+                m.encoder.heads = m.decoder.heads = 8;
+                m.encoder_layers = m.decoder_layers = 3;
+              }
+              {
+                Config check;  // a --config model that the row's heads do not divide: one line, not an abort
+                check.model = m;
+                validate(check);
+              }
+              const bool rnn_decoder = m.decoder.type == LayerType::kRnn;
+              m.input_feeding = opt->input_feeding && rnn_decoder &&
+                                (att.type == AttentionType::kLuong || att.type == AttentionType::kScaledDot);
               Seq2Seq model(m, opt->vocab, opt->vocab);
               model->to(dev);
               // The training loop's own Trainer: the timed step is the one users run (Adam 1e-3, clipping at 1,

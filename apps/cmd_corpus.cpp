@@ -10,7 +10,7 @@ Command setup_corpus(CLI::App& parent, const GlobalOptions&) {
   auto opt = std::make_shared<ToyCorpusOptions>();
   auto out = std::make_shared<std::string>();
   auto* app = parent.add_subcommand("corpus", "Generate the English->French grammar corpus with gold alignments");
-  app->add_option("--out,-o", *out, "Output directory (writes {train,valid,test}.{en,fr,align})")->required();
+  app->add_option("--out,-o", *out, "Output directory (writes {train,valid,test,probe}.{en,fr,align})")->required();
   app->add_option("--seed", opt->seed, "Generator seed")->capture_default_str();
   app->add_option("--train", opt->train, "Training pairs")->capture_default_str()->check(CLI::Range(1, 10000000));
   app->add_option("--valid", opt->valid, "Validation pairs")->capture_default_str()->check(CLI::Range(1, 10000000));
@@ -27,7 +27,8 @@ Command setup_corpus(CLI::App& parent, const GlobalOptions&) {
               spdlog::info("{}: {} pairs, {} English / {} French types, per 10-token bucket: {}", names[i],
                            stats[i].pairs, stats[i].en_types, stats[i].fr_types, hist);
             }
-            spdlog::info("wrote {}/{{train,valid,test}}.{{en,fr,align}}", *out);
+            spdlog::info("wrote {}/{{train,valid,test}}.{{en,fr,align}} and the word-order probe {}/probe.{{en,fr,align}} "
+                         "({} pairs of sentences that differ only in the order of two nouns)", *out, *out, kToyProbePairs);
             return 0;
           }};
 }

@@ -38,7 +38,7 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
                         static_cast<long long>(r.sentences), r.decode_s, r.sentences_per_s);
             if (r.ppl) std::printf(", perplexity %.2f", *r.ppl);
             if (r.aer) std::printf(", AER %.3f, attention entropy %.3f", *r.aer, *r.attention_entropy);
-            std::printf("\n");
+            std::printf("\nmodel: %s\n", describe_model(run.cfg.model).c_str());
             return 0;
           }};
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The bottleneck demonstration: trains the attention-free model and three attention models on
+# The bottleneck demonstration: trains the attention-free model, three attention models and a self-attention
+# encoder-decoder (configs/self_attention.json, scaled dot-product cross-attention) on
 # data/toy with identical data, sizes, budget and seed, each until its validation BLEU stops improving
 # (early stopping, patience 3 from the configs; no epoch cap) or MINUTES of training are spent, whichever
 # comes first (train.json and the report say which); evaluates each with beam 5; writes attention
@@ -44,8 +45,9 @@ run_one none configs/none.json
 run_one bahdanau configs/bahdanau.json
 run_one luong configs/luong_general.json --set model.input_feeding=true
 run_one scaled_dot configs/scaled_dot.json
+run_one self_attention configs/self_attention.json
 
-$BIN compare "$OUT/none" "$OUT/bahdanau" "$OUT/luong" "$OUT/scaled_dot" --out "$OUT/report"
+$BIN compare "$OUT/none" "$OUT/bahdanau" "$OUT/luong" "$OUT/scaled_dot" "$OUT/self_attention" --out "$OUT/report"
 echo
 echo "bottleneck: done in $(( ($(date +%s) - start) / 60 )) min"
 echo "report: $OUT/report/report.md and $OUT/report/index.html (chart: $OUT/report/bleu_by_length.svg)"

@@ -108,6 +108,13 @@ TEST(BadInputCatalogue, Configs) {
       {"--set without '='", "train -c {W}/good.json --set model.hidden_dim", 2, "--set"},
       {"--set on a non-object", "train -c {W}/good.json --set model.hidden_dim.x=3", 2, "model.hidden_dim"},
       {"evaluate config key out of range", "train -c {W}/good.json --set eval.beam_size=0", 2, "eval.beam_size"},
+      {"unknown encoder type", "train -c {W}/good.json --set model.encoder.type=transformer", 2, "model.encoder.type"},
+      {"self-attention decoder with additive cross-attention", "train -c {W}/good.json --set model.decoder.type=self_attention",
+       2, "model.attention.type"},
+      {"causal mask off on an RNN decoder", "train -c {W}/good.json --set model.decoder.causal_mask=false", 2,
+       "model.decoder.causal_mask"},
+      {"self-attention heads not dividing hidden_dim",
+       "train -c {W}/good.json --set model.encoder.type=self_attention --set model.encoder.heads=3", 2, "model.encoder.heads"},
   });
 }
 

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <algorithm>
 #include <sstream>
 
 #include "common/config.h"
@@ -98,6 +99,31 @@ TEST(Config, InputFeedingForNone) {
 }
 TEST(Config, OddHiddenBidirectional) {
   expect_bad(json::parse(R"({"model":{"hidden_dim":33,"bidirectional":true}})"), {"model.hidden_dim", "even"});
+}
+// The self-attention keys: each bad value, and each key where it does nothing, names the key.
+TEST(Config, SelfAttentionKeys) {
+  const char* sa = R"("encoder":{"type":"self_attention"},"decoder":{"type":"self_attention"},"attention":{"type":"scaled_dot"})";
+  EXPECT_NO_THROW(attnmt::config_from_json(json::parse(std::string(R"({"model":{)") + sa + "}}")));
+  expect_bad(json::parse(R"({"model":{"encoder":{"type":"transformer"}}})"), {"model.encoder.type", "rnn, self_attention"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"type":3}}})"), {"model.decoder.type", "expected a string"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"type":"self_attention","positions":"rotary"}}})"),
+             {"model.encoder.positions", "sinusoidal, learned, none"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"type":"self_attention","heads":0}}})"), {"model.encoder.heads", "[1, 1024]"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"type":"self_attention","heads":5}}})"),
+             {"model.encoder.heads", "do not divide hidden_dim 128"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"type":"self_attention","ff_dim":-1}}})"), {"model.encoder.ff_dim"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"heads":2}}})"), {"model.encoder.heads", "only applies to type 'self_attention'"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"positions":"none"}}})"), {"model.decoder.positions", "only applies"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"ff_dim":64}}})"), {"model.decoder.ff_dim", "only applies"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"causal_mask":false}}})"), {"model.decoder.causal_mask", "RNN decoder"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"causal_mask":"no"}}})"), {"model.decoder.causal_mask", "true or false"});
+  expect_bad(json::parse(R"({"model":{"encoder":{"causal_mask":false}}})"), {"model.encoder.causal_mask", "unknown key"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"type":"self_attention"},"attention":{"type":"bahdanau"}}})"),
+             {"model.attention.type", "scaled_dot", "bahdanau"});
+  expect_bad(json::parse(R"({"model":{"decoder":{"type":"self_attention"},"input_feeding":true,"attention":{"type":"scaled_dot"}}})"),
+             {"model.input_feeding", "RNN decoder"});
+  // A self-attention encoder has no directions to halve hidden_dim between.
+  EXPECT_NO_THROW(attnmt::config_from_json(json::parse(R"({"model":{"hidden_dim":30,"encoder":{"type":"self_attention","heads":3}}})")));
 }
 TEST(Config, BucketsNotIncreasing) {
   expect_bad(json::parse(R"({"eval":{"buckets":[10,5]}})"), {"eval.buckets[1]", "increasing"});
@@ -218,15 +244,33 @@ void leaf_paths(const json& j, const std::string& prefix, std::vector<std::strin
 }  // namespace
 
 // Reading, writing and the documented list cover the same keys: every key the table documents is written
-// to config.json (here with a luong score set, the one key left out at its default) and read back.
+// to config.json (here with a luong score set and, in a second config, the self-attention stacks' keys: the keys
+// left out at their defaults) and read back.
 TEST(ConfigKeys, WrittenReadAndDocumentedKeysAreTheSame) {
   Config c;
   c.model.attention.type = attnmt::AttentionType::kLuong;
   c.model.attention.score = attnmt::LuongScore::kConcat;
   c.model.attention.dim = 8;
   attnmt::validate(c);
+  Config sa;
+  sa.model.attention.type = attnmt::AttentionType::kScaledDot;
+  for (attnmt::StackConfig* st : {&sa.model.encoder, &sa.model.decoder}) {
+    st->type = attnmt::LayerType::kSelfAttention;
+    st->positions = attnmt::Positions::kLearned;
+    st->heads = 2;
+    st->ff_dim = 64;
+  }
+  sa.model.decoder.causal_mask = false;
+  attnmt::validate(sa);
   std::vector<std::string> written;
   leaf_paths(attnmt::config_to_json(c), "", written);
+  leaf_paths(attnmt::config_to_json(sa), "", written);
+  std::sort(written.begin(), written.end());
+  written.erase(std::unique(written.begin(), written.end()), written.end());
+  const Config sa_back = attnmt::config_from_json(attnmt::config_to_json(sa));
+  EXPECT_EQ(sa_back.model.decoder.positions, attnmt::Positions::kLearned);
+  EXPECT_FALSE(sa_back.model.decoder.causal_mask);
+  EXPECT_EQ(sa_back.model.encoder.ff_dim, 64);
   std::vector<std::string> documented;
   std::stringstream md(attnmt::config_keys_markdown());
   for (std::string line; std::getline(md, line);)

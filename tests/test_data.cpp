@@ -256,6 +256,35 @@ TEST(ToyCorpus, DeterministicFiles) {
   EXPECT_NE(test::read_file(a + "/train.en"), test::read_file(c + "/train.en"));
 }
 
+// The word-order probe: each pair is the same words with the two nouns swapped, on both sides, and `corpus` writes it.
+TEST(ToyCorpus, WordOrderProbePairsSwapTwoNouns) {
+  const auto probe = toy_word_order_probe(kToyProbePairs, 1);
+  ASSERT_EQ(probe.size(), static_cast<size_t>(kToyProbePairs));
+  std::set<std::string> sentences;
+  for (const auto& [x, y] : probe) {
+    ASSERT_EQ(x.en.size(), 6u);
+    ASSERT_EQ(y.en.size(), 6u);
+    ASSERT_EQ(x.fr.size(), 6u);
+    ASSERT_EQ(y.fr.size(), 6u);
+    EXPECT_NE(x.en[1], x.en[4]);
+    EXPECT_EQ(x.en[1], y.en[4]);
+    EXPECT_EQ(x.en[4], y.en[1]);
+    EXPECT_EQ(x.en[2], y.en[2]);  // the same verb form: both nouns have the same number
+    EXPECT_EQ(x.fr[1], y.fr[4]);
+    EXPECT_EQ(x.fr[0], y.fr[3]);  // the article follows its noun's gender
+    EXPECT_TRUE(toy_content_word_fr(x.fr[1]) && toy_content_word_fr(x.fr[2]) && toy_content_word_fr(x.fr[4]));
+    EXPECT_TRUE(sentences.insert(x.en[0] + " " + x.en[1] + " " + x.en[2] + " " + x.en[4]).second) << "a repeated sentence";
+  }
+  ToyCorpusOptions o;
+  o.train = 30;
+  o.valid = o.test = 10;
+  const std::string dir = temp_dir("toy_probe");
+  write_toy_corpus(dir, o);
+  const std::string en = test::read_file(dir + "/probe.en");
+  EXPECT_EQ(std::count(en.begin(), en.end(), '\n'), 2 * kToyProbePairs);
+  EXPECT_EQ(en.substr(0, en.find('\n')), "the " + probe[0].first.en[1] + " " + probe[0].first.en[2] + " the " + probe[0].first.en[4] + " .");
+}
+
 TEST(ToyCorpus, AlignmentsValidAndLengthsCoverBuckets) {
   ToyCorpusOptions o;
   auto pairs = generate_toy_pairs(600, o, 7);

@@ -246,7 +246,7 @@ TEST(LabCommand, UnknownExperimentAndBadBudgetsAreOneLineErrors) {
   const std::string out = test::temp_dir("lab_bad");
   auto r = test::run_cli("lab frobnicate --out " + out);
   EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(r.output.find("Valid options: bottleneck, scaling, masks, explanation, cost, heads, all"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("Valid options: bottleneck, scaling, masks, explanation, cost, heads, positions, causal, all"), std::string::npos) << r.output;
   r = test::run_cli("lab bottleneck --minutes 0 --out " + out);
   EXPECT_EQ(r.code, 2) << r.output;
   r = test::run_cli("lab bottleneck --configs " + out + "/nowhere --out " + out);
@@ -294,9 +294,50 @@ TEST(LabCommand, BottleneckWritesFiguresPageAndIndex) {
   EXPECT_TRUE(std::filesystem::exists(out + "/bottleneck/bleu_by_length.svg"));
   EXPECT_NE(index.find("bottleneck/index.html"), std::string::npos);
   EXPECT_NE(index.find("Not run yet: <code>attnmt lab scaling</code>"), std::string::npos);
-  EXPECT_NE(index.find("1 of 6 experiments run"), std::string::npos);
+  EXPECT_NE(index.find("1 of 8 experiments run"), std::string::npos);
   // A second run reuses the finished runs (the same configs) instead of training again.
   r = test::run_cli("lab bottleneck --configs " + configs + " --out " + out + " --bottleneck-minutes 0.05 --patience 2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("lab: bottleneck/none_x4: reusing the finished run"), std::string::npos) << r.output;
+}
+
+// The self-attention experiments end to end on a tiny config: the position-free encoder's outputs for the two
+// sentences of each probe pair are the same vectors reordered, and it translates the pairs alike, while the one with
+// positions does not; the causal-mask experiment records both runs' curves and charts them.
+TEST(LabCommand, PositionsAndCausalMaskOnATinyConfig) {
+  const std::string corpus = test::tiny_toy_corpus("lab_sa_corpus", 64, 12, 12, 20);
+  const std::string configs = test::temp_dir("lab_sa_configs"), out = test::temp_dir("lab_sa_out");
+  Config c = test::tiny_config_for(corpus, out + "/unused", "scaled_dot");
+  c.model.encoder.type = c.model.decoder.type = LayerType::kSelfAttention;
+  c.model.encoder.heads = c.model.decoder.heads = 2;
+  c.train.batch_size = 16;
+  c.eval.buckets = {5, 10, 20};
+  test::write_file(configs + "/self_attention.json", config_to_json(c).dump(2));
+  auto r = test::run_cli("lab positions --configs " + configs + " --out " + out + " --minutes 0.05 --patience 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json p = nlohmann::json::parse(test::read_file(out + "/positions/lab.json"));
+  const auto& runs = p.at("figures").at("runs");
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].at("positions"), "none");
+  EXPECT_EQ(runs[0].at("pairs").get<int64_t>(), kToyProbePairs);
+  EXPECT_LT(runs[0].at("max_abs_difference_after_reordering").get<double>(), 1e-4);
+  EXPECT_GT(runs[1].at("max_abs_difference_after_reordering").get<double>(), 1e-3);
+  EXPECT_GE(runs[0].at("identical_translations").get<int64_t>(), kToyProbePairs * 95 / 100);  // float sums may break a tie
+  EXPECT_NE(p.at("finding").get<std::string>().find(std::to_string(runs[0].at("identical_translations").get<int64_t>()) + " of the pairs"),
+            std::string::npos);
+  r = test::run_cli("lab causal --configs " + configs + " --out " + out + " --minutes 0.05 --patience 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const nlohmann::json cm = nlohmann::json::parse(test::read_file(out + "/causal/lab.json"));
+  const auto& cruns = cm.at("figures").at("runs");
+  ASSERT_EQ(cruns.size(), 2u);
+  EXPECT_TRUE(cruns[0].at("causal_mask").get<bool>());
+  EXPECT_FALSE(cruns[1].at("causal_mask").get<bool>());
+  for (const auto& run : cruns) {
+    ASSERT_GE(run.at("curve").size(), 1u);
+    EXPECT_EQ(run.at("curve").size(), run.at("validations").get<size_t>());
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + "/causal/curves.svg"));
+  EXPECT_NE(test::read_file(out + "/index.html").find("2 of 8 experiments run"), std::string::npos);
+  // The trained runs say they were trained without the mask.
+  EXPECT_NE(test::read_file(out + "/runs/sa_no_causal_mask/train.log").find("causal mask OFF"), std::string::npos);
 }

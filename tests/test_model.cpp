@@ -35,16 +35,30 @@ ModelConfig tiny_model(const std::string& type, const std::string& score = "", i
   return m;
 }
 
-// Every attention configuration the project offers.
+// m with self-attention stacks on the sides that say so (two layers, 2 and 3 heads).
+ModelConfig with_stacks(ModelConfig m, LayerType enc, LayerType dec) {
+  m.encoder.type = enc;
+  m.decoder.type = dec;
+  if (enc == LayerType::kSelfAttention) m.encoder_layers = 2, m.encoder.heads = 2;
+  if (dec == LayerType::kSelfAttention) m.decoder_layers = 2, m.decoder.heads = 3;
+  return m;
+}
+
+// Every attention configuration the project offers, and the self-attention encoder and decoder with each other and
+// with the RNN ones.
 std::vector<ModelConfig> all_models() {
   return {tiny_model("none"),          tiny_model("bahdanau"),          tiny_model("luong", "dot"),
           tiny_model("luong", "general"), tiny_model("luong", "concat"), tiny_model("luong", "general", 1, true),
-          tiny_model("scaled_dot", "", 1), tiny_model("scaled_dot", "", 3), tiny_model("bahdanau", "", 1, false, "lstm")};
+          tiny_model("scaled_dot", "", 1), tiny_model("scaled_dot", "", 3), tiny_model("bahdanau", "", 1, false, "lstm"),
+          with_stacks(tiny_model("scaled_dot", "", 2), LayerType::kSelfAttention, LayerType::kSelfAttention),
+          with_stacks(tiny_model("bahdanau"), LayerType::kSelfAttention, LayerType::kRnn),
+          with_stacks(tiny_model("scaled_dot", "", 3), LayerType::kRnn, LayerType::kSelfAttention)};
 }
 
 std::string name_of(const ModelConfig& m) {
   return to_string(m.rnn) + "/" + to_string(m.attention.type) + "/" + to_string(m.attention.score) + "/h" + std::to_string(m.attention.heads) +
-         (m.input_feeding ? "/feed" : "");
+         (m.input_feeding ? "/feed" : "") + (m.encoder.type == LayerType::kSelfAttention ? "/sa-enc" : "") +
+         (m.decoder.type == LayerType::kSelfAttention ? "/sa-dec" : "");
 }
 
 struct TinyBatch {
@@ -105,7 +119,7 @@ TEST(Attention, WeightsSumToOneAndMaskedAreExactlyZero) {
     EXPECT_TRUE(torch::allclose(o.weights.sum(-1), torch::ones({2, 3}), 1e-5, 1e-5)) << name_of(m);
     EXPECT_EQ(o.weights[0].slice(1, 3, 5).abs().sum().item<float>(), 0.0f) << name_of(m);
     if (m.attention.heads > 1) {
-      ASSERT_EQ(o.head_weights.sizes(), (std::vector<int64_t>{2, 3, 3, 5}));
+      ASSERT_EQ(o.head_weights.sizes(), (std::vector<int64_t>{2, m.attention.heads, 3, 5})) << name_of(m);
       EXPECT_EQ(o.head_weights[0].slice(2, 3, 5).abs().sum().item<float>(), 0.0f);
     }
   }
@@ -845,7 +859,9 @@ TEST(Model, StepwiseAndAllStepsPathsAgree) {
     if (fast.weights.defined()) EXPECT_TRUE(torch::allclose(fast.weights, slow.weights, 1e-5, 1e-5)) << name_of(m);
     ++checked;
   }
-  EXPECT_EQ(checked, 5 + 3);  // luong dot/general/concat, scaled_dot x2; none, bahdanau (GRU, LSTM)
+  // luong dot/general/concat, scaled_dot x2; none, bahdanau (GRU, LSTM); the three self-attention pairings (for a
+  // self-attention decoder the stepwise path is incremental decoding)
+  EXPECT_EQ(checked, 5 + 3 + 3);
 }
 
 namespace {
@@ -882,7 +898,7 @@ TEST(Model, FastPathsGiveTheStepwiseGradients) {
     EXPECT_GT(fast.back().abs().sum().item<double>(), 0.0) << name_of(m);  // the output layer's bias got a gradient
     ++checked;
   }
-  EXPECT_EQ(checked, 8);
+  EXPECT_EQ(checked, 11);
 }
 
 // The same in float for the fused Bahdanau recurrence, whose per-step products run on packed weights there
@@ -979,4 +995,8 @@ TEST(Decoder, PathIsChosenInOnePlace) {
   ModelConfig two_layers = tiny_model("bahdanau");
   two_layers.decoder_layers = 2;
   EXPECT_EQ(path(two_layers), DecoderPath::kSteppedRecurrence);
+  const ModelConfig sa = with_stacks(tiny_model("scaled_dot", "", 3), LayerType::kRnn, LayerType::kSelfAttention);
+  EXPECT_EQ(path(sa), DecoderPath::kSelfAttention);
+  EXPECT_EQ(path(sa, 0.5), DecoderPath::kTokenByToken);  // sampled inputs: incremental decoding, step by step
+  EXPECT_EQ(path(sa, 1.0, true), DecoderPath::kTokenByToken);
 }

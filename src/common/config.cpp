@@ -309,6 +309,31 @@ const std::vector<Key>& keys() {
     t.push_back(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
                         "padded source positions get attention weight 0 (experiment key: `false` lets padding into the softmax)"));
 
+    // model.encoder.* and model.decoder.*: written to config.json only when not at their defaults, so that the
+    // config of an RNN run reads as it always has.
+    auto quiet = [](Key k) {
+      k.write_default = false;
+      return k;
+    };
+#define ATTNMT_STACK_KEYS(SIDE, WHAT)                                                                                   \
+  t.push_back(quiet(enumeration("model." #SIDE ".type", [](Config& c) -> LayerType& { return c.model.SIDE.type; },      \
+                                layer_type_from_string, {LayerType::kRnn, LayerType::kSelfAttention}, false,            \
+                                WHAT ": recurrent layers or self-attention layers (`" #SIDE "_layers` of them, "       \
+                                "`hidden_dim` wide)")));                                                              \
+  t.push_back(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
+                                positions_from_string, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone},   \
+                                false, "`self_attention` only: how the " WHAT " sees word order (`none`: it does not)"))); \
+  t.push_back(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
+                            "`self_attention` only: self-attention heads of the " WHAT "; must divide `hidden_dim`")));  \
+  t.push_back(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
+                            at_least(0, "0 = 4 x hidden_dim"), "`self_attention` only: feed-forward size of each " WHAT " layer")));
+    ATTNMT_STACK_KEYS(encoder, "encoder")
+    ATTNMT_STACK_KEYS(decoder, "decoder")
+#undef ATTNMT_STACK_KEYS
+    t.push_back(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
+                              "`self_attention` decoder only: position t attends to positions <= t (experiment key: "
+                              "`false` lets training peek at the next words)")));
+
     t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
                         "passes over the training data"));
     t.push_back(integer("train.max_steps", [](Config& c) -> long& { return c.train.max_steps; }, at_least(0, "0 = no limit"),
@@ -463,6 +488,16 @@ std::string to_string(LuongScore s) {
   return "?";
 }
 
+std::string to_string(LayerType t) { return t == LayerType::kSelfAttention ? "self_attention" : "rnn"; }
+std::string to_string(Positions p) {
+  switch (p) {
+    case Positions::kSinusoidal: return "sinusoidal";
+    case Positions::kLearned: return "learned";
+    case Positions::kNone: return "none";
+  }
+  return "?";
+}
+
 namespace {
 template <class E>
 E parse_enum(const std::string& s, std::initializer_list<E> values, const char* what) {
@@ -479,6 +514,12 @@ RnnCell rnn_cell_from_string(const std::string& s) { return parse_enum(s, {RnnCe
 AttentionType attention_type_from_string(const std::string& s) {
   return parse_enum(s, {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong, AttentionType::kScaledDot},
                     "attention type");
+}
+LayerType layer_type_from_string(const std::string& s) {
+  return parse_enum(s, {LayerType::kRnn, LayerType::kSelfAttention}, "layer type");
+}
+Positions positions_from_string(const std::string& s) {
+  return parse_enum(s, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone}, "positions");
 }
 LuongScore luong_score_from_string(const std::string& s) {
   return parse_enum(s, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat}, "attention score");
@@ -522,6 +563,21 @@ bool same_model_and_data(const Config& a, const Config& b) {
   return ja["model"] == jb["model"] && ja["data"] == jb["data"];
 }
 
+std::string describe_model(const ModelConfig& m) {
+  auto side = [&](const StackConfig& s, int layers, bool decoder) {
+    if (s.type == LayerType::kRnn) return to_string(m.rnn) + (decoder ? " decoder" : m.bidirectional ? " encoder (bidirectional)" : " encoder");
+    std::string d = "self_attention " + std::string(decoder ? "decoder" : "encoder") + " (" + std::to_string(layers) + " layers, " +
+                    std::to_string(s.heads) + " heads, " + to_string(s.positions) + " positions";
+    if (decoder && !s.causal_mask) d += ", causal mask OFF: training sees the next words";
+    return d + ")";
+  };
+  std::string a = to_string(m.attention.type) + " attention";
+  if (m.attention.type == AttentionType::kNone) a = "no attention (fixed context)";
+  if (!m.attention.scale) a += ", unscaled";
+  if (!m.attention.mask) a += ", padding unmasked";
+  return side(m.encoder, m.encoder_layers, false) + ", " + side(m.decoder, m.decoder_layers, true) + ", " + a;
+}
+
 void validate(const Config& c) {
   for (const auto& k : keys()) k.check(c);
   auto key = [&](const auto& field) { return config_key(c, &field); };
@@ -539,7 +595,7 @@ void validate(const Config& c) {
     fail(key(spm.src_model), "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'");
   // model
   const auto& m = c.model;
-  if (m.bidirectional && m.hidden_dim % 2 != 0)
+  if (m.encoder.type == LayerType::kRnn && m.bidirectional && m.hidden_dim % 2 != 0)
     fail(key(m.hidden_dim), "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
                                 std::to_string(m.hidden_dim));
   const auto& a = m.attention;
@@ -560,6 +616,25 @@ void validate(const Config& c) {
     fail(key(a.scale), "only applies to type 'scaled_dot' (the only one that scales its scores), not '" + type + "'");
   if (!a.mask && a.type == AttentionType::kNone)
     fail(key(a.mask), "has no effect for type 'none' (no attention to mask)");
+  // self-attention stacks
+  const StackConfig defaults;
+  for (const StackConfig* st : {&m.encoder, &m.decoder}) {
+    if (st->type == LayerType::kRnn) {
+      if (st->positions != defaults.positions) fail(key(st->positions), "only applies to type 'self_attention'");
+      if (st->heads != defaults.heads) fail(key(st->heads), "only applies to type 'self_attention'");
+      if (st->ff_dim != defaults.ff_dim) fail(key(st->ff_dim), "only applies to type 'self_attention'");
+    } else if (m.hidden_dim % st->heads != 0) {
+      fail(key(st->heads), std::to_string(st->heads) + " heads do not divide hidden_dim " + std::to_string(m.hidden_dim));
+    }
+  }
+  if (m.decoder.type == LayerType::kRnn && !m.decoder.causal_mask)
+    fail(key(m.decoder.causal_mask), "only applies to type 'self_attention' (an RNN decoder cannot see ahead)");
+  if (m.decoder.type == LayerType::kSelfAttention) {
+    if (a.type != AttentionType::kScaledDot)
+      fail(key(a.type), "a self_attention decoder attends to the source with scaled dot-product attention: use "
+                        "'scaled_dot', not '" + type + "'");
+    if (m.input_feeding) fail(key(m.input_feeding), "only applies to an RNN decoder");
+  }
 }
 
 std::string config_keys_markdown() {

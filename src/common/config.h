@@ -47,15 +47,24 @@ enum class RnnCell { kGru, kLstm };
 enum class AttentionType { kNone, kBahdanau, kLuong, kScaledDot };
 // kDefault: not given (luong then scores with "general"); any other value applies to luong only.
 enum class LuongScore { kDefault, kDot, kGeneral, kConcat };
+// What an encoder or decoder is built from: recurrent layers, or self-attention layers (Vaswani et al. 2017).
+enum class LayerType { kRnn, kSelfAttention };
+// How a self-attention stack learns word order: fixed sinusoids, a learned vector per position, or not at all
+// (the lab's pitfall: a position-free encoder is permutation-equivariant).
+enum class Positions { kSinusoidal, kLearned, kNone };
 
 // The names used in configs, checkpoints and messages ("gru", "scaled_dot", "general"; kDefault is "").
 std::string to_string(RnnCell c);
 std::string to_string(AttentionType t);
 std::string to_string(LuongScore s);
+std::string to_string(LayerType t);
+std::string to_string(Positions p);
 // The inverse; UsageError listing the valid names on anything else.
 RnnCell rnn_cell_from_string(const std::string& s);
 AttentionType attention_type_from_string(const std::string& s);
 LuongScore luong_score_from_string(const std::string& s);
+LayerType layer_type_from_string(const std::string& s);
+Positions positions_from_string(const std::string& s);
 
 struct AttentionConfig {
   AttentionType type = AttentionType::kBahdanau;
@@ -65,6 +74,16 @@ struct AttentionConfig {
   // Experiment keys (the attention lab): what the lesson says breaks without them.
   bool scale = true;              // scaled_dot only: divide the scores by sqrt(d_k)
   bool mask = true;               // padded source positions get weight exactly 0 (false: they take part in the softmax)
+};
+
+// The sizes of a self-attention stack (encoder or decoder side); its width is model.hidden_dim and its depth
+// model.encoder_layers / model.decoder_layers.
+struct StackConfig {
+  LayerType type = LayerType::kRnn;
+  Positions positions = Positions::kSinusoidal;  // self_attention only
+  int heads = 4;                                 // self_attention only: self-attention heads
+  int ff_dim = 0;                                // self_attention only: feed-forward size (0 = 4 x hidden_dim)
+  bool causal_mask = true;                       // decoder only: position t sees positions <= t (false: the pitfall)
 };
 
 struct ModelConfig {
@@ -77,6 +96,8 @@ struct ModelConfig {
   double dropout = 0.1;      // dropout on embeddings, between layers and before the output layer
   bool input_feeding = false;  // luong/scaled_dot: feed the attentional state into the next step
   AttentionConfig attention; // how the decoder gets its context
+  StackConfig encoder;       // model.encoder.*: rnn (default) or self_attention
+  StackConfig decoder;       // model.decoder.*: rnn (default) or self_attention
 };
 
 struct EarlyStoppingConfig {
@@ -153,6 +174,10 @@ std::string config_split_path(const Config& c, const SplitConfig& split);
 
 // True when the model and data sections of a and b are the same (what resuming a run requires).
 bool same_model_and_data(const Config& a, const Config& b);
+
+// The model in a few words for logs and `evaluate`: "gru encoder, gru decoder, bahdanau attention", with the
+// self-attention stacks' sizes and any experiment key that is off ("causal mask OFF").
+std::string describe_model(const ModelConfig& m);
 
 // The markdown table of every key (key, type, default, meaning) that configs/README.md holds between
 // the lines "<!-- keys:begin -->" and "<!-- keys:end -->".

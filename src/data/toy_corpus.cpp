@@ -401,6 +401,35 @@ int toy_lexicon_size() {
                           kIntransVerbs.size() + kAdverbs.size() + kPreps.size() + 3);
 }
 
+std::vector<std::pair<ToyPair, ToyPair>> toy_word_order_probe(int n, uint64_t seed) {
+  std::mt19937_64 rng(mix_seed(seed, 77));
+  std::vector<const Noun*> animate;
+  for (const auto& noun : kNouns)
+    if (noun.animate) animate.push_back(&noun);
+  auto pick = [&](size_t k) { return static_cast<size_t>(rng() % k); };
+  auto the = [](bool plural, char gender) { return std::string(plural ? "les" : gender == 'm' ? "le" : "la"); };
+  auto pair_of = [&](const Noun& a, const Noun& b, const Verb& v, bool plural) {
+    ToyPair p;
+    p.en = {"the", plural ? a.en_pl : a.en_sg, plural ? v.en_pl : v.en_sg, "the", plural ? b.en_pl : b.en_sg, "."};
+    p.fr = {the(plural, a.gender), plural ? a.fr_pl : a.fr_sg, plural ? v.fr_pl : v.fr_sg, the(plural, b.gender),
+            plural ? b.fr_pl : b.fr_sg, "."};
+    for (size_t i = 0; i < 6; ++i) p.align.emplace_back(i, i);
+    return p;
+  };
+  std::vector<std::pair<ToyPair, ToyPair>> out;
+  std::set<std::string> seen;
+  for (int guard = 0; static_cast<int>(out.size()) < n && guard < 100 * n + 1000; ++guard) {
+    const Noun &a = *animate[pick(animate.size())], &b = *animate[pick(animate.size())];
+    if (&a == &b) continue;
+    const Verb& v = kTransVerbs[pick(kTransVerbs.size())];
+    const bool plural = pick(10) < 3;
+    ToyPair x = pair_of(a, b, v, plural), y = pair_of(b, a, v, plural);
+    if (!seen.insert(join_tokens(x.en)).second || !seen.insert(join_tokens(y.en)).second) continue;
+    out.emplace_back(std::move(x), std::move(y));
+  }
+  return out;
+}
+
 std::vector<ToyPair> generate_toy_pairs(int n, const ToyCorpusOptions& opt, uint64_t stream) {
   if (opt.min_len < 4) throw UsageError("--min-len: must be >= 4 (the shortest sentence has 4 tokens)");
   if (opt.max_len < opt.min_len) throw UsageError("--max-len: must be >= --min-len");
@@ -468,6 +497,17 @@ std::vector<ToyCorpusStats> write_toy_corpus(const std::string& dir, const ToyCo
     write_file_atomic(dir + "/" + name + ".align", al);
     by_name[name] = st;
   }
+  // The word-order probe: lines 2k+1 and 2k+2 are a pair that differs only in the order of its two nouns.
+  std::string en, fr, al;
+  for (const auto& [x, y] : toy_word_order_probe(kToyProbePairs, opt.seed))
+    for (const ToyPair* p : {&x, &y}) {
+      en += join_tokens(p->en) + "\n";
+      fr += join_tokens(p->fr) + "\n";
+      al += format_pharaoh(p->align) + "\n";
+    }
+  write_file_atomic(dir + "/probe.en", en);
+  write_file_atomic(dir + "/probe.fr", fr);
+  write_file_atomic(dir + "/probe.align", al);
   stats = {by_name["train"], by_name["valid"], by_name["test"]};
   return stats;
 }

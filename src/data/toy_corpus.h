@@ -37,8 +37,14 @@ struct ToyCorpusStats {
   int64_t en_types = 0, fr_types = 0;
 };
 
-// Writes DIR/{train,valid,test}.{en,fr,align}; returns per-split statistics (train, valid, test).
+// Writes DIR/{train,valid,test}.{en,fr,align} and the word-order probe DIR/probe.{en,fr,align}; returns per-split statistics (train, valid, test).
 std::vector<ToyCorpusStats> write_toy_corpus(const std::string& dir, const ToyCorpusOptions& opt);
+
+// The word-order probe: n pairs of sentences that differ only in the order of two nouns ("the dog sees the cat ."
+// and "the cat sees the dog ."), each with its reference: two people or animals of the same number, a transitive verb,
+// `the` before each. A model that cannot see word order translates both sentences of a pair alike.
+std::vector<std::pair<ToyPair, ToyPair>> toy_word_order_probe(int n, uint64_t seed);
+constexpr int kToyProbePairs = 100;  // pairs `corpus` writes to probe.{en,fr,align}
 
 // True for a French content word of the grammar (a noun, adjective, verb or adverb form); false for its function
 // words (articles, prepositions, qui/que, et, punctuation) and anything outside it.

@@ -121,11 +121,13 @@ std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::
 
 std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, const std::vector<std::vector<std::string>>& src,
                                                               const std::vector<std::vector<std::string>>& tgt,
-                                                              std::vector<torch::Tensor>* head_weights, double* ppl) {
+                                                              std::vector<torch::Tensor>* head_weights, double* ppl,
+                                                              std::vector<SelfAttentionMaps>* self_maps) {
   TORCH_CHECK(src.size() == tgt.size(), "forced_attention: ", src.size(), " sources vs ", tgt.size(), " targets");
   torch::NoGradGuard ng;
   std::vector<std::vector<std::vector<float>>> out(src.size());
   if (head_weights) head_weights->assign(src.size(), torch::Tensor());
+  if (self_maps) self_maps->assign(src.size(), SelfAttentionMaps());
   std::vector<EncodedPair> data(src.size());
   std::vector<int64_t> order;
   for (size_t i = 0; i < src.size(); ++i) {
@@ -146,6 +148,17 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
     const Seq2SeqOutput& o = bl.out;
     loss += bl.sum.item<double>();
     tokens += b.tgt_tokens;
+    if (self_maps) {
+      for (size_t k = 0; k < idx.size(); ++k) {
+        const size_t i = static_cast<size_t>(idx[k]);
+        const int64_t S = static_cast<int64_t>(src[i].size()), T = static_cast<int64_t>(tgt[i].size());
+        for (const auto& w : o.encoder_self_weights)
+          (*self_maps)[i].encoder.push_back(w[static_cast<int64_t>(k)].slice(1, 0, S).slice(2, 0, S).to(torch::kCPU).contiguous());
+        for (const auto& w : o.decoder_self_weights)
+          (*self_maps)[i].decoder.push_back(
+              w[static_cast<int64_t>(k)].slice(1, 0, T + 1).slice(2, 0, T + 1).to(torch::kCPU).contiguous());  // <eos> step too
+      }
+    }
     if (!o.weights.defined()) continue;
     torch::Tensor w = o.weights.to(torch::kCPU).contiguous();
     torch::Tensor hw = o.head_weights.defined() ? o.head_weights.to(torch::kCPU) : torch::Tensor();

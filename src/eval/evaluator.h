@@ -60,12 +60,20 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
                               const std::vector<std::string>& refs, const std::vector<Alignment>* aligns,
                               const SearchOptions& opt, std::vector<std::string>* hyps_out = nullptr);
 
+// A sentence's self-attention weights, per layer: the encoder's [heads, S, S] and the decoder's [heads, T+1, T+1]
+// (queries and keys are the decoder's inputs <bos> y1 .. y_T; the last query predicts <eos>). Empty for RNN sides.
+struct SelfAttentionMaps {
+  std::vector<torch::Tensor> encoder, decoder;
+};
+
 // Attention weights of the model while it is forced along the reference: [tgt_len][src_len] per
-// sentence (the <eos> step is left out). Empty rows for the attention-free model.
+// sentence (the <eos> step is left out). Empty rows for the attention-free model. self_maps: each sentence's
+// self-attention weights.
 std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, const std::vector<std::vector<std::string>>& src,
                                                               const std::vector<std::vector<std::string>>& tgt,
                                                               std::vector<torch::Tensor>* head_weights = nullptr,
-                                                              double* ppl = nullptr);
+                                                              double* ppl = nullptr,
+                                                              std::vector<SelfAttentionMaps>* self_maps = nullptr);
 
 struct EvalRequest {
   std::string split = "test";   // test | valid: files from the run's config

@@ -28,7 +28,10 @@ std::string fmt(const char* f, double v) {
 
 std::string describe_attention(const ModelConfig& m) {
   const auto& a = m.attention;
-  const std::string experiment = std::string(a.scale ? "" : "+unscaled") + (a.mask ? "" : "+unmasked");
+  const std::string experiment = std::string(a.scale ? "" : "+unscaled") + (a.mask ? "" : "+unmasked") +
+                                 (m.encoder.type == LayerType::kSelfAttention ? "+self_attention encoder" : "") +
+                                 (m.decoder.type == LayerType::kSelfAttention ? "+self_attention decoder" : "") +
+                                 (m.decoder.causal_mask ? "" : "+no causal mask");
   if (a.type == AttentionType::kLuong)
     return "luong/" + to_string(effective_score(a)) + (m.input_feeding ? "+feeding" : "") + experiment;
   if (a.type == AttentionType::kScaledDot)

@@ -740,14 +740,15 @@ LabReport cost(const LabOptions& opt) {
   rep.name = "cost";
   rep.title = "Cost against length: time and memory per sentence, 10 to 400 source tokens";
   rep.claim = "attention over the source costs O(S) per target step, O(S T d) a sentence; a recurrent encoder O(S d^2); "
-              "self-attention O(S^2 d) (no self-attention encoder in attnmt yet).";
+              "self-attention O(S^2 d).";
   const std::vector<int64_t> lengths = {10, 20, 50, 100, 200, 400};
   const int64_t batch = 4, vocab = 1000;
   struct Type {
     std::string name, file;
   };
-  const std::vector<Type> types = {{"none", "none.json"}, {"bahdanau", "bahdanau.json"}, {"luong", "luong_general.json"},
-                                   {"scaled_dot", "scaled_dot.json"}};
+  std::vector<Type> types = {{"none", "none.json"}, {"bahdanau", "bahdanau.json"}, {"luong", "luong_general.json"},
+                             {"scaled_dot", "scaled_dot.json"}};
+  if (fs::is_regular_file(opt.configs + "/self_attention.json")) types.push_back({"self_attention", "self_attention.json"});
   const torch::Device device = resolve_device(opt.device);
   json out = json::array();
   std::vector<Series> train_s, decode_s;
@@ -813,6 +814,7 @@ LabReport cost(const LabOptions& opt) {
     const PowerLaw pt = fit_power_law(tail(xs), tail(train_t)), pd = fit_power_law(tail(xs), tail(decode_t)),
                    pm = fit_power_law(tail(xs), tail(train_m)), pdm = fit_power_law(tail(xs), tail(decode_m));
     out.push_back({{"type", ty.name}, {"attention", to_string(cfg.model.attention.type)}, {"points", points},
+                   {"encoder_layers", cfg.model.encoder_layers}, {"decoder_layers", cfg.model.decoder_layers},
                    {"train_time_exponent", pt.exponent}, {"train_time_r2", pt.r2}, {"decode_time_exponent", pd.exponent},
                    {"decode_time_r2", pd.r2}, {"train_memory_exponent", pm.exponent}, {"decode_memory_exponent", pdm.exponent}});
     rows.push_back({ty.name, num(pt.exponent), num(pd.exponent), num(pm.exponent), num(pdm.exponent),
@@ -855,6 +857,7 @@ LabReport cost(const LabOptions& opt) {
   const double k_none = out[0]["decode_time_exponent"].get<double>();
   double k_min = 1e9, k_max = -1e9;
   for (size_t k = 1; k < out.size(); ++k) {
+    if (out[k]["type"] == "self_attention") continue;  // its own sentence below
     k_min = std::min(k_min, out[k]["decode_time_exponent"].get<double>());
     k_max = std::max(k_max, out[k]["decode_time_exponent"].get<double>());
   }
@@ -867,6 +870,17 @@ LabReport cost(const LabOptions& opt) {
     << ". At 400 tokens decoding costs " << num(out[0]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
     << " ms per sentence without attention and " << num(out[1]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
     << " ms with Bahdanau's.";
+  if (out.back()["type"] == "self_attention") {
+    const json& sa = out.back();
+    f << " The self-attention encoder-decoder (" << sa["encoder_layers"].get<int>() << " + " << sa["decoder_layers"].get<int>()
+      << " layers, every position against every other) trains with exponent "
+      << num(sa["train_time_exponent"].get<double>()) << " and decodes with " << num(sa["decode_time_exponent"].get<double>())
+      << " (its decoder's prefix grows by one key per step, so greedy decoding is quadratic in the target length even with "
+         "the cache); at 400 tokens it takes "
+      << num(sa["points"].back()["train_ms_per_sentence"].get<double>(), 1) << " ms per sentence to train and "
+      << num(sa["points"].back()["decode_ms_per_sentence"].get<double>(), 1) << " ms to decode, and its training memory grows "
+      << "with exponent " << num(sa["train_memory_exponent"].get<double>()) << ".";
+  }
   rep.finding = f.str();
   return rep;
 }
@@ -950,10 +964,186 @@ LabReport heads(const LabOptions& opt) {
   return rep;
 }
 
+
+// Tokens joined by single spaces: a line of the toy corpus.
+std::string join_words_plain(const std::vector<std::string>& tokens) {
+  std::string s;
+  for (const auto& t : tokens) s += (s.empty() ? "" : " ") + t;
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 7. Positions: self-attention without word order
+
+LabReport positions(const LabOptions& opt) {
+  LabReport rep;
+  rep.name = "positions";
+  rep.title = "Positions: a self-attention encoder without positional information cannot tell word order";
+  rep.claim = "self-attention is permutation-equivariant: without positions, \"the dog sees the cat\" and \"the cat sees "
+              "the dog\" are the same set of words, and the model translates them alike.";
+  const auto probe = toy_word_order_probe(kToyProbePairs, 1);  // the pairs `corpus` writes to data/toy/probe.*
+  std::vector<std::string> xs, ys, x_ref, y_ref;
+  for (const auto& [x, y] : probe) {
+    xs.push_back(join_words_plain(x.en));
+    ys.push_back(join_words_plain(y.en));
+    x_ref.push_back(join_words_plain(x.fr));
+    y_ref.push_back(join_words_plain(y.fr));
+  }
+  json runs = json::array();
+  std::vector<std::vector<std::string>> rows;
+  for (const char* pos : {"none", "sinusoidal"}) {
+    const std::string name = std::string("sa_positions_") + pos;
+    LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "self_attention.json",
+                                                    budget(opt.minutes, opt, {std::string("model.encoder.positions=") + pos})));
+    const EvalResult e = test_eval(r, 5);
+    LoadedRun run = load_run(r.dir(), "best", opt.device);
+    torch::NoGradGuard ng;
+    run.model->eval();
+    // Encoder outputs of the two sentences of each pair, the first reordered as the second (nouns at 1 and 4 swapped).
+    auto states = [&](const std::vector<std::string>& lines) {
+      std::vector<EncodedPair> data;
+      std::vector<int64_t> idx;
+      for (size_t i = 0; i < lines.size(); ++i) {
+        const auto ids = run.src_vocab.encode(split_whitespace(lines[i]));
+        data.push_back({ids, ids});
+        idx.push_back(static_cast<int64_t>(i));
+      }
+      const Batch b = make_batch(data, idx).to(run.device);
+      return run.model->encode(b.src, b.src_len, b.src_mask).states;  // [N, 6, H]: every probe sentence has 6 tokens
+    };
+    const torch::Tensor a = states(xs), b = states(ys);
+    const torch::Tensor swap = torch::tensor({0L, 4L, 2L, 3L, 1L, 5L}, torch::TensorOptions().device(a.device()));
+    const double reordered_diff = (a.index_select(1, swap) - b).abs().max().item<double>();
+    const double scale = a.abs().max().item<double>();
+    SearchOptions greedy = search_options(run.cfg.eval, 1);
+    const auto tx = translate_lines(run, xs, greedy, 64), ty = translate_lines(run, ys, greedy, 64);
+    int64_t identical = 0, both_right = 0;
+    std::vector<std::string> hx, hy;
+    for (size_t i = 0; i < tx.size(); ++i) {
+      identical += tx[i].text == ty[i].text;
+      both_right += tx[i].text == x_ref[i] && ty[i].text == y_ref[i];
+      hx.push_back(tx[i].text);
+      hy.push_back(ty[i].text);
+    }
+    std::vector<std::string> hyps = hx, refs = x_ref;
+    hyps.insert(hyps.end(), hy.begin(), hy.end());
+    refs.insert(refs.end(), y_ref.begin(), y_ref.end());
+    const double probe_bleu = corpus_bleu(hyps, {refs}).score;
+    const auto summary = RunDir(r.dir()).read_train_summary();
+    const double n = static_cast<double>(tx.size());
+    runs.push_back({{"name", name}, {"positions", pos}, {"pairs", tx.size()}, {"test_bleu_beam5", e.bleu},
+                    {"max_abs_difference_after_reordering", reordered_diff}, {"max_abs_state", scale},
+                    {"identical_translations", identical}, {"identical_share", static_cast<double>(identical) / n},
+                    {"both_correct", both_right}, {"probe_bleu_greedy", probe_bleu},
+                    {"ended_by", summary ? summary->ended_by : ""}, {"example", {{"a", xs[0]}, {"b", ys[0]}, {"a_out", hx[0]}, {"b_out", hy[0]}}}});
+    rows.push_back({name, pos, num(e.bleu), sci(reordered_diff), std::to_string(identical) + " / " + std::to_string(tx.size()),
+                    std::to_string(both_right) + " / " + std::to_string(tx.size()), num(probe_bleu),
+                    summary ? summary->ended_by : "?"});
+  }
+  rep.figures = {{"runs", runs}, {"minutes", opt.minutes}};
+  rep.table_html = html_table({"run", "encoder positions", "test BLEU (beam 5)", "largest |difference| after reordering",
+                               "pairs translated identically", "pairs translated right both ways", "probe BLEU (greedy)",
+                               "ended by"},
+                              rows);
+  const json &none = runs[0], &sin = runs[1];
+  std::ostringstream f;
+  f << "On " << none["pairs"].get<size_t>() << " pairs that differ only in the order of two nouns (\""
+    << none["example"]["a"].get<std::string>() << "\" / \"" << none["example"]["b"].get<std::string>()
+    << "\"), the position-free encoder's outputs for the two sentences are the same vectors reordered (largest difference "
+    << sci(none["max_abs_difference_after_reordering"].get<double>()) << " against states up to "
+    << num(none["max_abs_state"].get<double>(), 1) << "; with sinusoidal positions: "
+    << sci(sin["max_abs_difference_after_reordering"].get<double>()) << "). It translates "
+    << none["identical_translations"].get<int64_t>() << " of the pairs identically (\"" << none["example"]["a_out"].get<std::string>()
+    << "\" for both of the first) and gets " << none["both_correct"].get<int64_t>() << " right both ways; with positions "
+    << sin["identical_translations"].get<int64_t>() << " identical and " << sin["both_correct"].get<int64_t>()
+    << " right both ways. Probe BLEU " << num(none["probe_bleu_greedy"].get<double>()) << " vs "
+    << num(sin["probe_bleu_greedy"].get<double>()) << "; on the test set (beam 5) " << num(none["test_bleu_beam5"].get<double>())
+    << " vs " << num(sin["test_bleu_beam5"].get<double>())
+    << ": the cross-attention of the decoder sees a set, so whatever word order the test set's translations get right comes from "
+       "the decoder's own positions and the grammar's typical orders, not from the source.";
+  rep.finding = f.str();
+  return rep;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// 8. The causal mask
+
+LabReport causal(const LabOptions& opt) {
+  LabReport rep;
+  rep.name = "causal";
+  rep.title = "The causal mask: a decoder that may look at the next words learns to copy them";
+  rep.claim = "without the causal mask an autoregressive decoder cheats by peeking at future tokens: its training loss falls "
+              "far below the masked model's, and at decoding time, when there is no future to peek at, it fails.";
+  json runs = json::array();
+  std::vector<std::vector<std::string>> rows;
+  std::vector<Series> loss_s, bleu_s;
+  for (bool mask : {true, false}) {
+    const std::string name = mask ? "sa_causal" : "sa_no_causal_mask";
+    LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "self_attention.json",
+                                                    budget(opt.minutes, opt, {std::string("model.decoder.causal_mask=") + (mask ? "true" : "false"),
+                                                                              "train.valid_every=100"})));
+    const EvalResult e = test_eval(r, 1);
+    const auto metrics = RunDir(r.dir()).read_metrics();
+    const auto summary = RunDir(r.dir()).read_train_summary();
+    const std::string label = mask ? "causal mask" : "no causal mask";
+    Series l{label + ": training loss", {}, {}}, v{label + ": validation loss", {}, {}}, b{label, {}, {}};
+    json curve = json::array();
+    for (const auto& m : metrics) {
+      l.x.push_back(static_cast<double>(m.step));
+      l.y.push_back(m.train_loss);
+      v.x.push_back(static_cast<double>(m.step));
+      v.y.push_back(m.valid_loss);
+      b.x.push_back(static_cast<double>(m.step));
+      b.y.push_back(m.valid_bleu);
+      curve.push_back({{"step", m.step}, {"train_loss", m.train_loss}, {"valid_loss", m.valid_loss}, {"valid_bleu_greedy", m.valid_bleu}});
+    }
+    loss_s.push_back(l);
+    loss_s.push_back(v);
+    bleu_s.push_back(b);
+    double best_bleu = 0, last_loss = metrics.empty() ? std::nan("") : metrics.back().train_loss, min_loss = last_loss;
+    for (const auto& m : metrics) {
+      best_bleu = std::max(best_bleu, m.valid_bleu);
+      min_loss = std::min(min_loss, m.train_loss);
+    }
+    runs.push_back({{"name", name}, {"causal_mask", mask}, {"test_bleu_greedy", e.bleu}, {"validations", metrics.size()},
+                    {"lowest_train_loss", min_loss}, {"best_valid_bleu_greedy", best_bleu},
+                    {"lowest_valid_loss", metrics.empty() ? json(nullptr) : json([&] {
+                       double x = metrics.front().valid_loss;
+                       for (const auto& m : metrics) x = std::min(x, m.valid_loss);
+                       return x;
+                     }())},
+                    {"ended_by", summary ? summary->ended_by : ""}, {"curve", curve}});
+    rows.push_back({name, mask ? "on" : "off", num(min_loss, 4), num(runs.back()["lowest_valid_loss"].is_null() ? std::nan("") : runs.back()["lowest_valid_loss"].get<double>(), 4),
+                    num(best_bleu), num(e.bleu), summary ? summary->ended_by : "?"});
+  }
+  rep.figures = {{"runs", runs}, {"minutes", opt.minutes}};
+  rep.table_html = html_table({"run", "causal mask", "lowest training loss", "lowest validation loss (teacher-forced)",
+                               "best validation BLEU (greedy)", "test BLEU (greedy)", "ended by"},
+                              rows);
+  const std::string dir = opt.out + "/" + rep.name;
+  make_dirs(dir);
+  ChartSpec lc{"loss with the reference as input", "training step", "cross-entropy (nats)", loss_s, {}, 520, 320};
+  ChartSpec bc{"greedy BLEU on the validation set", "training step", "BLEU", bleu_s, {}, 420, 320};
+  write_file_atomic(dir + "/curves.svg", chart_row_svg({lc, bc}));
+  rep.charts = {"curves.svg"};
+  const json &m = runs[0], &u = runs[1];
+  std::ostringstream f;
+  f << "Under the same budget (" << num(opt.minutes, 1) << " min each), the decoder without the causal mask reaches a training loss of "
+    << num(u["lowest_train_loss"].get<double>(), 4) << " against the masked model's " << num(m["lowest_train_loss"].get<double>(), 4)
+    << " (" << num(m["lowest_train_loss"].get<double>() / std::max(1e-12, u["lowest_train_loss"].get<double>()), 1)
+    << "x lower), and its teacher-forced validation loss looks as good, because validation also hands it the next words. "
+       "Greedy decoding has no next words to show it: its best validation BLEU is "
+    << num(u["best_valid_bleu_greedy"].get<double>()) << " (masked " << num(m["best_valid_bleu_greedy"].get<double>())
+    << ") and its test BLEU " << num(u["test_bleu_greedy"].get<double>()) << " (masked " << num(m["test_bleu_greedy"].get<double>())
+    << "). The unmasked run ended by " << u["ended_by"].get<std::string>() << ", the masked one by " << m["ended_by"].get<std::string>() << ".";
+  rep.finding = f.str();
+  return rep;
+}
 }  // namespace
 
 const std::vector<std::string>& lab_experiments() {
-  static const std::vector<std::string> names = {"bottleneck", "scaling", "masks", "explanation", "cost", "heads"};
+  static const std::vector<std::string> names = {"bottleneck", "scaling", "masks", "explanation", "cost", "heads",
+                                                  "positions", "causal"};
   return names;
 }
 
@@ -966,6 +1156,8 @@ LabReport run_lab_experiment(const std::string& name, const LabOptions& opt) {
   else if (name == "explanation") rep = explanation(opt);
   else if (name == "cost") rep = cost(opt);
   else if (name == "heads") rep = heads(opt);
+  else if (name == "positions") rep = positions(opt);
+  else if (name == "causal") rep = causal(opt);
   else {
     std::string valid;
     for (const auto& n : lab_experiments()) valid += (valid.empty() ? "" : ", ") + n;

@@ -14,6 +14,7 @@ AttentionMemory AttentionMemory::index_select(const torch::Tensor& rows) const {
   if (keys.defined()) m.keys = keys.index_select(0, rows);  // undefined for the attention-free model
   if (values.defined()) m.values = values.index_select(0, rows);
   m.mask = mask.index_select(0, rows);
+  for (const AttentionMemory& l : layers) m.layers.push_back(l.index_select(rows));
   return m;
 }
 
@@ -123,7 +124,7 @@ AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t
 
 AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "AdditiveAttention");
-  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask};  // keys: U h_j  [B, S, A]
+  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask, {}};  // keys: U h_j  [B, S, A]
 }
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -144,7 +145,7 @@ MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_
 
 AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "MultiplicativeAttention");
-  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
+  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask, {}};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
 }
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -172,7 +173,7 @@ AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torc
   // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
   torch::Tensor k = train_linear(enc, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
   torch::Tensor v = train_linear(enc, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  return {k, v, mask};  // keys/values [B, h, S, d]
+  return {k, v, mask, {}};  // keys/values [B, h, S, d]
 }
 
 AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {

@@ -18,7 +18,8 @@ namespace attnmt {
 struct AttentionMemory {
   torch::Tensor keys;    // [B, S, K] projected keys (layout depends on the mechanism)
   torch::Tensor values;  // [B, S, V] values
-  torch::Tensor mask;    // [B, S] bool, true at real source tokens
+  torch::Tensor mask;    // [B, S] bool, true at real source tokens (a self-attention decoder's own: [B, T, S])
+  std::vector<AttentionMemory> layers;  // a self-attention decoder: each layer's cross-attention memory
   // Rows reordered/expanded along the batch (beam search).
   AttentionMemory index_select(const torch::Tensor& rows) const;
 };

@@ -25,6 +25,8 @@ namespace fs = std::filesystem;
 std::string model_type(const ModelConfig& m) {
   std::string t = to_string(m.rnn) + "/" + to_string(m.attention.type);
   if (m.attention.type == AttentionType::kLuong) t += "-" + to_string(effective_score(m.attention));
+  if (m.encoder.type == LayerType::kSelfAttention) t += "+self_attention encoder";
+  if (m.decoder.type == LayerType::kSelfAttention) t += "+self_attention decoder";
   return t;
 }
 

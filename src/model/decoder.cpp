@@ -8,7 +8,8 @@ namespace attnmt {
 
 DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
   DecoderState s;
-  s.rnn = rnn.index_select(rows);
+  if (rnn.h.defined()) s.rnn = rnn.index_select(rows);
+  s.cache = cache.index_select(rows);
   if (feed.defined()) s.feed = feed.index_select(0, rows);
   if (fixed.defined()) s.fixed = fixed.index_select(0, rows);
   return s;
@@ -32,6 +33,11 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(kPadId)));
   drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  if (cfg.decoder.type == LayerType::kSelfAttention) {
+    self_attention = register_module("self_attention", SelfAttentionDecoder(cfg));
+    out = register_module("out", torch::nn::Linear(H, vocab));
+    return;
+  }
   attention_ = make_attention(cfg);
   if (attention_) register_module("attention", attention_);
   const DecoderDims dims = decoder_dims(cfg);
@@ -43,6 +49,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
 }
 
 DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
+  if (self_attention) return {};  // an empty prefix; the encoder reaches it through cross-attention only
   const int64_t B = enc.final_h.size(0);
   auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
     return torch::tanh(train_linear(x, l->weight, l->bias)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
@@ -56,14 +63,23 @@ DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
 }
 
 AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
-  if (!attention_) return {torch::Tensor(), torch::Tensor(), enc.mask};
+  if (!attention_ && !self_attention) return {torch::Tensor(), torch::Tensor(), enc.mask, {}};
   // model.attention.mask false (an experiment): every position, padding included, takes part in the softmax.
-  return attention_->prepare(enc.states, mask_padding_ ? enc.mask : torch::ones_like(enc.mask));
+  const torch::Tensor mask = mask_padding_ ? enc.mask : torch::ones_like(enc.mask);
+  return self_attention ? self_attention->prepare(enc.states, mask) : attention_->prepare(enc.states, mask);
 }
 
 DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
   TORCH_CHECK(y_prev.dim() == 1, "Decoder::step: y_prev must be [B], got ", y_prev.sizes());
   torch::Tensor e = drop(embed(y_prev));  // [B, E]
+  if (self_attention) {  // the new position attends to the cached prefix and itself
+    SelfAttentionOutput sa = self_attention(e.unsqueeze(1), mem, &state.cache);
+    DecoderStepOutput o;
+    o.readout = sa.states.squeeze(1);
+    o.weights = sa.cross_weights.squeeze(1);
+    o.head_weights = sa.cross_head_weights.squeeze(2);
+    return o;
+  }
   const torch::Tensor top_prev = state.rnn.h[layers_ - 1];  // [B, H]
   DecoderStepOutput o;
   if (luong_style_) {
@@ -107,6 +123,7 @@ torch::Tensor DecoderImpl::readout_at(const torch::Tensor& features, const torch
 
 DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const {
   if (stepwise || teacher_forcing < 1.0) return DecoderPath::kTokenByToken;
+  if (self_attention) return DecoderPath::kSelfAttention;
   if (can_run_all_steps()) return DecoderPath::kAllSteps;
   if (luong_style_) return DecoderPath::kTokenByToken;  // input feeding: each step needs the previous h~
   if (!attention_) return DecoderPath::kFixedContext;
@@ -118,8 +135,8 @@ DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_fo
 DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
                                    double teacher_forcing, bool stepwise, const torch::Tensor& rows) {
   TORCH_CHECK(tgt_in.dim() == 2, "Decoder: tgt_in must be [B, T], got ", tgt_in.sizes());
-  TORCH_CHECK(state.rnn.h.size(1) == tgt_in.size(0), "Decoder: state batch ", state.rnn.h.size(1), " vs target ",
-              tgt_in.size(0));
+  TORCH_CHECK(self_attention || state.rnn.h.size(1) == tgt_in.size(0), "Decoder: state batch ", state.rnn.h.size(1),
+              " vs target ", tgt_in.size(0));
   TORCH_CHECK(!rows.defined() || (rows.dim() == 1 && rows.scalar_type() == torch::kLong),
               "Decoder: rows must be int64 [N], got ", rows.sizes());
   switch (path_for(tgt_in.device(), teacher_forcing, stepwise)) {
@@ -127,6 +144,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
     case DecoderPath::kFixedContext: return forward_fixed_context(tgt_in, state, rows);
     case DecoderPath::kFusedRecurrence: return forward_fused_recurrence(tgt_in, state, mem, rows);
     case DecoderPath::kSteppedRecurrence: return forward_stepped_recurrence(tgt_in, state, mem, rows);
+    case DecoderPath::kSelfAttention: return forward_self_attention(tgt_in, mem, rows);
     case DecoderPath::kTokenByToken: break;
   }
   return forward_token_by_token(tgt_in, state, mem, teacher_forcing, rows);
@@ -199,6 +217,19 @@ DecoderOutput DecoderImpl::forward_stepped_recurrence(const torch::Tensor& tgt_i
   DecoderOutput o;
   o.readout = readout_at(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1), rows);
   o.weights = torch::stack(weights, 1);
+  return o;
+}
+
+DecoderOutput DecoderImpl::forward_self_attention(const torch::Tensor& tgt_in, const AttentionMemory& mem,
+                                                  const torch::Tensor& rows) {
+  // [B, T, H], every position at once. Padded target positions are no keys, nor is the <eos> that a batch's shorter
+  // targets carry in tgt_in (it is cut from the longest only): without the causal mask it would show the length.
+  SelfAttentionOutput sa = self_attention(drop(embed(tgt_in)), mem, nullptr, tgt_in.ne(kPadId).logical_and(tgt_in.ne(kEosId)));
+  DecoderOutput o;
+  o.readout = at_rows(sa.states, rows);
+  o.weights = sa.cross_weights;
+  o.head_weights = sa.cross_head_weights;
+  o.self_weights = std::move(sa.self_weights);
   return o;
 }
 

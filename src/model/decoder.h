@@ -2,6 +2,8 @@
 // `none` passes the fixed context vector instead) and Luong-style (attention after the RNN, queried with
 // s_t, giving the attentional state h~_t, optionally fed back as input). forward() runs a teacher-forced
 // pass along one of five paths, chosen in one place (DecoderImpl::path_for); each path is its own function.
+// model.decoder.type self_attention replaces the RNN by a causally masked self-attention stack
+// (model/self_attention.h) that keeps each layer's keys and values of the prefix between steps.
 #pragma once
 #include <torch/torch.h>
 
@@ -10,6 +12,7 @@
 #include "model/encoder.h"
 #include "kernels/packed_product.h"
 #include "model/rnn.h"
+#include "model/self_attention.h"
 
 namespace attnmt {
 
@@ -18,6 +21,7 @@ struct DecoderState {
   RnnState rnn;          // recurrent state
   torch::Tensor feed;    // [B, H] previous attentional state (input feeding), else undefined
   torch::Tensor fixed;   // [B, H] the fixed context of the attention-free model, else undefined
+  SelfAttentionCache cache;  // self-attention decoder: each layer's keys and values of the prefix
   DecoderState index_select(const torch::Tensor& rows) const;
 };
 
@@ -31,6 +35,7 @@ struct DecoderOutput {
   torch::Tensor readout;       // [B, T, R], or [N, R] at the requested rows
   torch::Tensor weights;       // [B, T, S] or undefined
   torch::Tensor head_weights;  // [B, heads, T, S] or undefined
+  std::vector<torch::Tensor> self_weights;  // self-attention decoder, teacher-forced: per layer [B, heads, T, T]
 };
 
 // The decoder's layer sizes, derived from the config in one place (the decoder and the FLOP counter use them).
@@ -49,6 +54,7 @@ enum class DecoderPath {
   kFusedRecurrence,    // Bahdanau, one GRU layer, CPU: the attention recurrence as one autograd node
   kSteppedRecurrence,  // Bahdanau otherwise: the recurrence stepped, embeddings and readout batched
   kTokenByToken,       // input feeding, teacher_forcing < 1, or asked for: step() at every position
+  kSelfAttention,      // self-attention decoder: all positions at once under the causal mask
 };
 
 class DecoderImpl : public torch::nn::Module {
@@ -65,14 +71,15 @@ class DecoderImpl : public torch::nn::Module {
                         double teacher_forcing = 1.0, bool stepwise = false, const torch::Tensor& rows = {});
   // The output layer; while decoding (eval mode, no gradients) through its packed copy (kernels/packed_product.h).
   torch::Tensor logits(const torch::Tensor& readout);
-  bool has_attention() const { return static_cast<bool>(attention_); }
+  bool has_attention() const { return attention_ || self_attention; }
   bool luong_style() const { return luong_style_; }
   bool can_run_all_steps() const { return luong_style_ && !input_feeding_; }
   // The path forward() takes for these arguments: the one place it is chosen.
   DecoderPath path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const;
-  int64_t heads() const { return attention_ ? attention_->heads() : 0; }
-  // The attention mechanism (null without attention), for instrumentation (AttentionImpl::record_scores).
-  AttentionImpl* attention() const { return attention_.get(); }
+  int64_t heads() const { return self_attention ? self_attention->cross_heads() : attention_ ? attention_->heads() : 0; }
+  // The attention mechanism (null without attention), for instrumentation (AttentionImpl::record_scores); the
+  // last layer's cross-attention of a self-attention decoder.
+  AttentionImpl* attention() const { return self_attention ? self_attention->cross_attention() : attention_.get(); }
 
  private:
   // The paths of forward() (state is advanced in place; rows as in forward()).
@@ -83,6 +90,7 @@ class DecoderImpl : public torch::nn::Module {
                                          const torch::Tensor& rows);
   DecoderOutput forward_stepped_recurrence(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
                                            const torch::Tensor& rows);
+  DecoderOutput forward_self_attention(const torch::Tensor& tgt_in, const AttentionMemory& mem, const torch::Tensor& rows);
   DecoderOutput forward_token_by_token(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
                                        double teacher_forcing, const torch::Tensor& rows);
   // The readout tanh(W_c [features]) at the requested positions only ([B, T, F] -> [N, H]): padding costs no
@@ -101,6 +109,7 @@ class DecoderImpl : public torch::nn::Module {
   torch::nn::Linear bridge_h{nullptr}, bridge_c{nullptr};
   torch::nn::Linear combine{nullptr};  // Luong: h~ = tanh(W_c [c; s]); Bahdanau/none: readout tanh(W [s; c; e])
   torch::nn::Linear out{nullptr};
+  SelfAttentionDecoder self_attention{nullptr};  // model.decoder.type self_attention (then no rnn, bridge, combine)
 };
 TORCH_MODULE(Decoder);
 

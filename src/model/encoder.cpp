@@ -5,9 +5,13 @@
 namespace attnmt {
 
 EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
-    : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers) {
+    : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers), lstm_(cfg.rnn == RnnCell::kLstm) {
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(kPadId)));
   drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  if (cfg.encoder.type == LayerType::kSelfAttention) {
+    self_attention = register_module("self_attention", SelfAttentionEncoder(cfg));
+    return;
+  }
   int64_t per_dir = cfg.bidirectional ? cfg.hidden_dim / 2 : cfg.hidden_dim;
   rnn = register_module("rnn", Rnn(cfg.rnn, cfg.embed_dim, per_dir, cfg.encoder_layers, cfg.dropout, cfg.bidirectional));
 }
@@ -27,13 +31,20 @@ EncoderOutput EncoderImpl::from_embeddings(const torch::Tensor& emb, const torch
               mask.sizes());
   TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
   torch::Tensor x = drop(emb);                            // [B, S, E]
+  if (self_attention) {
+    SelfAttentionOutput sa = self_attention(x, mask);
+    // An RNN decoder starts from the mean of the states over the real positions.
+    torch::Tensor m = mask.unsqueeze(2).to(sa.states.scalar_type());
+    torch::Tensor mean = (sa.states * m).sum(1) / m.sum(1);
+    return {sa.states, mask, mean, lstm_ ? mean : torch::Tensor(), sa.self_weights};
+  }
   auto [states, st] = rnn->forward_lengths(x, lengths);   // [B, S, H], h [L*dirs, B, H/dirs]
   auto last = [&](const torch::Tensor& t) {
     if (!t.defined()) return torch::Tensor();
     if (bidirectional_) return torch::cat({t[2 * layers_ - 2], t[2 * layers_ - 1]}, -1);  // [B, H]
     return t[layers_ - 1];
   };
-  return {states, mask, last(st.h), last(st.c)};
+  return {states, mask, last(st.h), last(st.c), {}};
 }
 
 }  // namespace attnmt

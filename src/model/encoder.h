@@ -1,18 +1,20 @@
-// The encoder: embeddings and a (bidirectional, stacked) RNN over the source, giving the states attention
-// reads and the final state that starts the decoder.
+// The encoder: embeddings and a (bidirectional, stacked) RNN over the source, or a self-attention stack
+// (model.encoder.type), giving the states attention reads and the final state that starts an RNN decoder.
 #pragma once
 #include <torch/torch.h>
 
 #include "common/config.h"
 #include "model/rnn.h"
+#include "model/self_attention.h"
 
 namespace attnmt {
 
 struct EncoderOutput {
   torch::Tensor states;  // [B, S, H] (H = hidden_dim; both directions concatenated)
   torch::Tensor mask;    // [B, S] bool
-  torch::Tensor final_h; // [B, H] last layer's final state, both directions
-  torch::Tensor final_c; // [B, H] LSTM cell (undefined for GRU)
+  torch::Tensor final_h; // [B, H] last layer's final state, both directions (self-attention: the mean of the states)
+  torch::Tensor final_c; // [B, H] LSTM cell (undefined for GRU; self-attention: final_h)
+  std::vector<torch::Tensor> self_weights;  // self-attention encoder: per layer [B, heads, S, S]
 };
 
 class EncoderImpl : public torch::nn::Module {
@@ -28,9 +30,11 @@ class EncoderImpl : public torch::nn::Module {
  private:
   bool bidirectional_;
   int64_t layers_;
+  bool lstm_;
   torch::nn::Embedding embed{nullptr};
   torch::nn::Dropout drop{nullptr};
-  Rnn rnn{nullptr};
+  Rnn rnn{nullptr};                                // model.encoder.type rnn
+  SelfAttentionEncoder self_attention{nullptr};    // model.encoder.type self_attention
 };
 TORCH_MODULE(Encoder);
 

@@ -26,7 +26,8 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
     TORCH_CHECK(rows.dim() == 1, "Seq2Seq: tgt_rows must be [N], got ", rows.sizes());
   }
   DecoderOutput d = decoder->forward(tgt_in, state, mem, teacher_forcing, stepwise, rows);
-  return {decoder->logits(d.readout), d.weights, d.head_weights};  // output layer once over all (real) steps
+  // the output layer once over all (real) steps
+  return {decoder->logits(d.readout), d.weights, d.head_weights, enc.self_weights, std::move(d.self_weights)};
 }
 
 Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,

@@ -12,6 +12,8 @@ struct Seq2SeqOutput {
   torch::Tensor logits;        // [B, T, V]; [N, V] at the N real target positions when a target mask was given
   torch::Tensor weights;       // [B, T, S] or undefined (no attention)
   torch::Tensor head_weights;  // [B, heads, T, S] or undefined
+  std::vector<torch::Tensor> encoder_self_weights;  // self-attention encoder: per layer [B, heads, S, S]
+  std::vector<torch::Tensor> decoder_self_weights;  // self-attention decoder (teacher-forced pass): per layer [B, heads, T, T]
 };
 
 class Seq2SeqImpl : public torch::nn::Module {

@@ -425,8 +425,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
   Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
   model->to(device);
-  spdlog::info("model: {} attention, {} parameters, device {}", to_string(cfg.model.attention.type), model->parameter_count(),
-               device.str());
+  spdlog::info("model: {}; {} parameters, device {}", describe_model(cfg.model), model->parameter_count(), device.str());
   Trainer trainer(model, cfg.train, device, opt, opt.resume ? dir.last() : "");
   TrainerState& st = trainer.state();
   if (dist)

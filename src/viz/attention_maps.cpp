@@ -48,6 +48,7 @@ std::string attention_json(const AttentionMap& m) {
     for (auto [s, t] : *m.gold) j["gold"].push_back({s, t});
   }
   if (m.aer) j["aer"] = *m.aer;
+  if (!m.self_attention.empty()) j["self_attention"] = m.self_attention;  // rows queries, columns keys of one sequence
   return j.dump() + "\n";
 }
 
@@ -173,15 +174,32 @@ std::string attention_gallery_html(const std::vector<std::pair<std::string, Atte
     << "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}figure{margin:1.5em 0;border-top:1px solid #ccc;"
        "padding-top:1em}figcaption{margin-bottom:.5em}img{max-width:100%;height:auto}.src{color:#333}.tgt{color:#08306b}"
        "</style></head><body>\n";
-  o << "<h1>" << xml_escape(title) << "</h1>\n<p>" << entries.size() << " sentence(s).";
+  std::vector<std::string> kinds;  // the self-attention layers present, in order of first appearance
+  size_t cross = 0;
+  for (const auto& e : entries) {
+    if (e.second.self_attention.empty()) ++cross;
+    else if (std::find(kinds.begin(), kinds.end(), e.second.self_attention) == kinds.end()) kinds.push_back(e.second.self_attention);
+  }
+  o << "<h1>" << xml_escape(title) << "</h1>\n<p>" << cross << " map(s) of cross-attention.";
   if (corpus_aer) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), " Corpus AER: %.3f.", *corpus_aer);
     o << buf;
   }
   o << " Rows are target tokens, columns source tokens; darker = more attention; orange rings = gold alignment.</p>\n";
+  if (!kinds.empty()) {
+    // Self-attention maps: one figure per sentence and layer, a panel per head; the list shows one kind at a time.
+    o << "<p><label>Show <select id=\"kind\" onchange=\"for(const f of document.querySelectorAll('figure'))"
+         "f.hidden=this.value!=='all'&&f.dataset.kind!==this.value\"><option value=\"all\">everything</option>"
+         "<option value=\"cross\">cross-attention</option>";
+    for (const auto& k : kinds) o << "<option value=\"" << xml_escape(k) << "\">self-attention, " << xml_escape(k) << "</option>";
+    o << "</select></label> Self-attention maps: rows are queries, columns keys, both from one sequence (the decoder's "
+         "are its inputs, &lt;bos&gt; first; its causal mask leaves the upper triangle empty). One panel per head.</p>\n";
+  }
   for (const auto& [stem, m] : entries) {
-    o << "<figure id=\"s" << stem << "\"><figcaption><b>" << stem << "</b>";
+    o << "<figure id=\"s" << stem << "\" data-kind=\"" << (m.self_attention.empty() ? "cross" : xml_escape(m.self_attention))
+      << "\"><figcaption><b>" << stem << "</b>";
+    if (!m.self_attention.empty()) o << " &middot; self-attention, " << xml_escape(m.self_attention);
     if (m.aer) {
       char buf[32];
       std::snprintf(buf, sizeof(buf), " &middot; AER %.3f", *m.aer);

@@ -17,6 +17,9 @@ struct AttentionMap {
   std::optional<Alignment> gold;                        // gold links (src, tgt) to overlay
   std::optional<double> aer;                            // of the argmax alignment against gold
   std::string source_text, target_text;                 // the sentence pair as text
+  // Empty for cross-attention (rows target tokens, columns source tokens); a self-attention layer's map names
+  // itself ("encoder layer 1", "decoder layer 2"): rows and columns are then one sequence.
+  std::string self_attention;
 };
 
 std::string xml_escape(const std::string& s);

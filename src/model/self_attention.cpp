@@ -1,0 +1,190 @@
+#include "model/self_attention.h"
+
+#include <cmath>
+
+#include "kernels/packed_product.h"
+
+namespace attnmt {
+
+torch::Tensor sinusoidal_positions(int64_t first, int64_t length, int64_t dim, const torch::TensorOptions& options) {
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  torch::Tensor p = torch::arange(first, first + length, f64).unsqueeze(1);                 // [L, 1]
+  torch::Tensor i2 = torch::arange(0, dim, 2, f64);                                         // 2i
+  torch::Tensor angle = p * torch::exp(i2 * (-std::log(10000.0) / static_cast<double>(dim)));  // p / 10000^(2i/dim)
+  torch::Tensor pe = torch::zeros({length, dim}, f64);
+  pe.slice(1, 0, dim, 2) = torch::sin(angle);
+  pe.slice(1, 1, dim, 2) = torch::cos(angle.slice(1, 0, dim / 2));
+  return pe.to(options);
+}
+
+torch::Tensor causal_mask(int64_t T, int64_t S, int64_t offset, const torch::Device& device) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+  return torch::arange(S, i64).unsqueeze(0).le(torch::arange(offset, offset + T, i64).unsqueeze(1));  // [T, S]
+}
+
+PositionEncodingImpl::PositionEncodingImpl(Positions kind, int64_t dim) : kind_(kind), dim_(dim) {
+  if (kind == Positions::kLearned) {
+    table = register_module("table", torch::nn::Embedding(kMaxLearned, dim));
+    torch::NoGradGuard ng;
+    table->weight.normal_(0.0, 0.1);  // small beside the embeddings, as the sinusoids' mean square (0.5) is
+  }
+}
+
+torch::Tensor PositionEncodingImpl::forward(const torch::Tensor& x, int64_t first) {
+  TORCH_CHECK(x.dim() == 3 && x.size(2) == dim_, "PositionEncoding: x must be [B, T, ", dim_, "], got ", x.sizes());
+  const int64_t T = x.size(1);
+  switch (kind_) {
+    case Positions::kNone: return x;
+    case Positions::kSinusoidal: return x + sinusoidal_positions(first, T, dim_, x.options()).unsqueeze(0);
+    case Positions::kLearned: {
+      torch::Tensor pos = torch::arange(first, first + T, torch::TensorOptions().dtype(torch::kLong).device(x.device()))
+                              .clamp_max(kMaxLearned - 1);
+      return x + table(pos).unsqueeze(0);
+    }
+  }
+  return x;
+}
+
+SelfAttentionCache SelfAttentionCache::index_select(const torch::Tensor& rows) const {
+  SelfAttentionCache c;
+  c.length = length;
+  for (const auto& k : keys) c.keys.push_back(k.index_select(0, rows));
+  for (const auto& v : values) c.values.push_back(v.index_select(0, rows));
+  return c;
+}
+
+int64_t effective_ff_dim(const ModelConfig& m, const StackConfig& s) { return s.ff_dim > 0 ? s.ff_dim : 4 * m.hidden_dim; }
+
+namespace {
+torch::nn::LayerNorm layer_norm(int64_t d) { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); }
+// W2 relu(W1 x + b1) + b2
+torch::Tensor feed_forward(torch::nn::Module& w1, torch::nn::Module& w2, const torch::Tensor& x) {
+  auto& l1 = dynamic_cast<torch::nn::LinearImpl&>(w1);
+  auto& l2 = dynamic_cast<torch::nn::LinearImpl&>(w2);
+  return train_linear(torch::relu(train_linear(x, l1.weight, l1.bias)), l2.weight, l2.bias);
+}
+// Projects E-wide embeddings to the stack's width D (when E differs) and adds the positions.
+torch::Tensor stack_input(torch::nn::Linear& input, PositionEncoding& positions, const torch::Tensor& emb, int64_t first) {
+  torch::Tensor x = input ? train_linear(emb, input->weight, input->bias) : emb;
+  return positions(x, first);
+}
+}  // namespace
+
+SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) : dim_(cfg.hidden_dim) {
+  const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.encoder);
+  if (cfg.embed_dim != D) input = register_module("input", torch::nn::Linear(cfg.embed_dim, D));
+  positions = register_module("positions", PositionEncoding(cfg.encoder.positions, D));
+  norms1 = register_module("norms1", torch::nn::ModuleList());
+  norms2 = register_module("norms2", torch::nn::ModuleList());
+  ff1 = register_module("ff1", torch::nn::ModuleList());
+  ff2 = register_module("ff2", torch::nn::ModuleList());
+  for (int l = 0; l < cfg.encoder_layers; ++l) {
+    self_attn_.push_back(register_module("self_attn" + std::to_string(l),
+                                         std::make_shared<MultiHeadAttention>(D, D, D, cfg.encoder.heads)));
+    norms1->push_back(layer_norm(D));
+    norms2->push_back(layer_norm(D));
+    ff1->push_back(torch::nn::Linear(D, F));
+    ff2->push_back(torch::nn::Linear(F, D));
+  }
+  final_norm = register_module("final_norm", layer_norm(D));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+}
+
+SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, const torch::Tensor& mask) {
+  TORCH_CHECK(emb.dim() == 3, "SelfAttentionEncoder: embeddings must be [B, S, E], got ", emb.sizes());
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == emb.size(0) && mask.size(1) == emb.size(1),
+              "SelfAttentionEncoder: mask must be [B, S], got ", mask.sizes());
+  SelfAttentionOutput o;
+  torch::Tensor x = stack_input(input, positions, emb, 0);  // [B, S, D]
+  for (size_t l = 0; l < self_attn_.size(); ++l) {
+    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    AttentionOutput a = self_attn_[l]->attend(h, self_attn_[l]->prepare(h, mask));  // queries, keys, values: one sequence
+    o.self_weights.push_back(a.head_weights);                                      // [B, h, S, S]
+    x = x + drop(a.context);
+    x = x + drop(feed_forward(*ff1[l], *ff2[l], norms2[l]->as<torch::nn::LayerNorm>()->forward(x)));
+  }
+  o.states = final_norm(x);
+  return o;
+}
+
+SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
+    : dim_(cfg.hidden_dim), causal_(cfg.decoder.causal_mask) {
+  const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.decoder), A = effective_attention_dim(cfg);
+  if (cfg.embed_dim != D) input = register_module("input", torch::nn::Linear(cfg.embed_dim, D));
+  positions = register_module("positions", PositionEncoding(cfg.decoder.positions, D));
+  norms1 = register_module("norms1", torch::nn::ModuleList());
+  norms2 = register_module("norms2", torch::nn::ModuleList());
+  norms3 = register_module("norms3", torch::nn::ModuleList());
+  ff1 = register_module("ff1", torch::nn::ModuleList());
+  ff2 = register_module("ff2", torch::nn::ModuleList());
+  for (int l = 0; l < cfg.decoder_layers; ++l) {
+    const std::string n = std::to_string(l);
+    self_attn_.push_back(register_module("self_attn" + n, std::make_shared<MultiHeadAttention>(D, D, D, cfg.decoder.heads)));
+    cross_attn_.push_back(register_module(
+        "cross_attn" + n, std::make_shared<MultiHeadAttention>(D, D, A, cfg.attention.heads, cfg.attention.scale)));
+    norms1->push_back(layer_norm(D));
+    norms2->push_back(layer_norm(D));
+    norms3->push_back(layer_norm(D));
+    ff1->push_back(torch::nn::Linear(D, F));
+    ff2->push_back(torch::nn::Linear(F, D));
+  }
+  final_norm = register_module("final_norm", layer_norm(D));
+  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+}
+
+AttentionMemory SelfAttentionDecoderImpl::prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) {
+  AttentionMemory mem;
+  mem.mask = mask;
+  for (const auto& c : cross_attn_) mem.layers.push_back(c->prepare(enc_states, mask));
+  return mem;
+}
+
+SelfAttentionOutput SelfAttentionDecoderImpl::forward(const torch::Tensor& emb, const AttentionMemory& mem,
+                                                      SelfAttentionCache* cache, const torch::Tensor& target_mask) {
+  TORCH_CHECK(emb.dim() == 3 && emb.size(0) == mem.mask.size(0), "SelfAttentionDecoder: embeddings must be [B, T, E] with B ",
+              mem.mask.size(0), ", got ", emb.sizes());
+  TORCH_CHECK(mem.layers.size() == cross_attn_.size(), "SelfAttentionDecoder: memory of ", mem.layers.size(), " layers, expected ",
+              cross_attn_.size(), " (prepare() it with this decoder)");
+  const int64_t B = emb.size(0), T = emb.size(1), first = cache ? cache->length : 0, S_self = first + T;
+  TORCH_CHECK(!target_mask.defined() || (!cache && target_mask.sizes() == torch::IntArrayRef({B, T})),
+              "SelfAttentionDecoder: target_mask must be [B, T] = [", B, ", ", T, "] and without a cache, got ", target_mask.sizes());
+  // The self-attention mask over the prefix and the new positions: causal, or everything (the pitfall); padded target
+  // positions are no keys (under the causal mask a real position never sees them anyway: padding follows the words).
+  torch::Tensor self_mask = causal_ ? causal_mask(T, S_self, first, emb.device()).unsqueeze(0).expand({B, T, S_self})
+                                    : torch::ones({B, T, S_self}, torch::TensorOptions().dtype(torch::kBool).device(emb.device()));
+  if (target_mask.defined()) self_mask = self_mask.logical_and(target_mask.unsqueeze(1));
+  SelfAttentionOutput o;
+  torch::Tensor x = stack_input(input, positions, emb, first);  // [B, T, D]
+  for (size_t l = 0; l < self_attn_.size(); ++l) {
+    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    AttentionMemory self = self_attn_[l]->prepare(h, torch::ones({B, T}, self_mask.options()));  // K, V of the new positions
+    if (cache) {
+      if (cache->keys.size() > l) {
+        self.keys = torch::cat({cache->keys[l], self.keys}, 2);  // [B, h, first + T, d]
+        self.values = torch::cat({cache->values[l], self.values}, 2);
+        cache->keys[l] = self.keys;
+        cache->values[l] = self.values;
+      } else {
+        TORCH_CHECK(first == 0, "SelfAttentionDecoder: cache of length ", first, " without keys for layer ", l);
+        cache->keys.push_back(self.keys);
+        cache->values.push_back(self.values);
+      }
+    }
+    self.mask = self_mask;
+    AttentionOutput a = self_attn_[l]->attend(h, self);
+    o.self_weights.push_back(a.head_weights);  // [B, h, T, first + T]
+    x = x + drop(a.context);
+    AttentionOutput c = cross_attn_[l]->attend(norms2[l]->as<torch::nn::LayerNorm>()->forward(x), mem.layers[l]);
+    x = x + drop(c.context);
+    x = x + drop(feed_forward(*ff1[l], *ff2[l], norms3[l]->as<torch::nn::LayerNorm>()->forward(x)));
+    if (l + 1 == self_attn_.size()) {
+      o.cross_weights = c.weights;
+      o.cross_head_weights = c.head_weights;
+    }
+  }
+  if (cache) cache->length += T;
+  o.states = final_norm(x);
+  return o;
+}
+
+}  // namespace attnmt
