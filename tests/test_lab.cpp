@@ -336,6 +336,10 @@ TEST(LabCommand, PositionsAndCausalMaskOnATinyConfig) {
     ASSERT_GE(run.at("curve").size(), 1u);
     EXPECT_EQ(run.at("curve").size(), run.at("validations").get<size_t>());
   }
+  EXPECT_EQ(cm.at("figures").at("early_stopping_metric"), "ppl");
+  ASSERT_FALSE(cm.at("figures").at("same_step").is_null());  // both runs validate at their end of epoch 1 at least
+  EXPECT_NE(cm.at("finding").get<std::string>().find("at step " + std::to_string(cm.at("figures").at("same_step").at("step").get<int64_t>())),
+            std::string::npos);
   EXPECT_TRUE(std::filesystem::exists(out + "/causal/curves.svg"));
   EXPECT_NE(test::read_file(out + "/index.html").find("2 of 8 experiments run"), std::string::npos);
   // The trained runs say they were trained without the mask.
