@@ -189,10 +189,13 @@ LabReport bottleneck(const LabOptions& opt) {
     std::vector<std::string> sets;
   };
   const int hidden = lab_config(opt, "none", "none.json", budget(opt.bottleneck_minutes, opt)).model.hidden_dim;  // 2x and 4x of the shipped size
-  const std::vector<Spec> specs = {{"none", "none.json", budget(opt.bottleneck_minutes, opt)},
-                                   {"none_x2", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(2 * hidden)})},
-                                   {"none_x4", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(4 * hidden)})},
-                                   {"bahdanau", "bahdanau.json", budget(opt.bottleneck_minutes, opt)}};
+  std::vector<Spec> specs = {{"none", "none.json", budget(opt.bottleneck_minutes, opt)},
+                             {"none_x2", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(2 * hidden)})},
+                             {"none_x4", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(4 * hidden)})},
+                             {"bahdanau", "bahdanau.json", budget(opt.bottleneck_minutes, opt)}};
+  // The self-attention encoder-decoder beside them, under the same budget, where the configs have one.
+  if (fs::is_regular_file(opt.configs + "/self_attention.json"))
+    specs.push_back({"self_attention", "self_attention.json", budget(opt.bottleneck_minutes, opt)});
   std::vector<RunSummary> sums;
   json runs = json::array();
   for (const auto& s : specs) {
@@ -251,6 +254,12 @@ LabReport bottleneck(const LabOptions& opt) {
   const double gap1 = last(bah) - last(n1), gap4 = last(bah) - last(n4);
   f << "On the longest sentences the gap to attention is " << num(gap1, 1) << " BLEU points at the same size and " << num(gap4, 1)
     << " with 4x the hidden size: " << (gap4 < gap1 * 0.5 ? "the wider vector closes more than half of it" : gap4 < gap1 ? "the wider vector narrows it, but most of it remains" : "the wider vector does not narrow it") << ".";
+  if (runs.size() > 4) {
+    const json& sa = runs[4];
+    f << " The self-attention encoder-decoder (" << sa["parameters"].get<int64_t>() << " parameters) reaches "
+      << num(sa["test_bleu"].get<double>()) << " (" << num(first(sa)) << " short, " << num(last(sa)) << " long; ended by "
+      << sa["ended_by"].get<std::string>() << ").";
+  }
   rep.finding = f.str();
   return rep;
 }
