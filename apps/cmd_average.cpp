@@ -7,6 +7,7 @@
 #include "commands.h"
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/fs.h"
 #include "data/vocab.h"
 #include "eval/run_dir.h"
 #include "model/checkpoint.h"
@@ -34,6 +35,11 @@ Command setup_average(CLI::App& parent, const GlobalOptions&) {
             namespace fs = std::filesystem;
             const RunDir dir(opt->run);
             if (!fs::is_directory(opt->run)) throw UsageError(opt->run + ": run directory not found");
+            // Writing into a run directory (its own or another run's) waits for no one: refused while a training holds it.
+            DirLock lock;
+            const fs::path out_dir = fs::absolute(opt->out).parent_path();
+            if (fs::is_regular_file(out_dir / "config.json") || fs::exists(DirLock::file(out_dir.string())))
+              lock = DirLock::acquire(out_dir.string(), false);
             for (const auto& f : dir.required_files())
               if (!fs::is_regular_file(f)) throw UsageError(opt->run + ": missing " + fs::path(f).filename().string() + " (not a training run?)");
             std::vector<std::string> paths = opt->checkpoints;

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "common/config.h"
 #include "common/errors.h"
+#include "common/fs.h"
 #include "common/runtime.h"
 #include "train/distributed.h"
 #include "train/launcher.h"
@@ -42,7 +43,11 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
             check_data_files(cfg, true);
             DistSpec spec = dist_spec_from_env();
             torch::Device device = resolve_device(cfg.device);
-            if (wants_local_launch(opt->nproc, spec)) return launch_local_workers(opt->nproc, device);
+            if (wants_local_launch(opt->nproc, spec)) {
+              // The launcher holds the run directory for its workers (which do not take it themselves) until they end.
+              DirLock lock = DirLock::acquire(cfg.run_dir, true);
+              return launch_local_workers(opt->nproc, device);
+            }
             std::unique_ptr<Distributed> dist;
             if (spec.world > 1) {
               device = rank_device(spec, device);

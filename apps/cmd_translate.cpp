@@ -24,13 +24,6 @@ namespace attnmt::cli {
 
 namespace {
 
-// The attention rows of the hypothesis's tokens (the <eos> step left out): rows = target tokens.
-std::vector<std::vector<float>> token_rows(const Translation& t) {
-  std::vector<std::vector<float>> w(t.weights.begin(), t.weights.begin() + static_cast<std::ptrdiff_t>(
-                                                                               std::min(t.weights.size(), t.tgt_tokens.size())));
-  return w;
-}
-
 struct OutputFormat {
   std::string format = "text";  // text | tsv | jsonl
   std::string alignment;        // "" | hard | soft
@@ -54,8 +47,8 @@ std::string soft_text(const std::vector<std::vector<float>>& rows) {
 // One input line's output in the chosen format (lines end with \n).
 std::string format_result(int64_t index, const std::string& src, const std::vector<Translation>& hyps, const OutputFormat& f) {
   auto align_text = [&](const Translation& t) {
-    if (f.alignment == "hard") return pharaoh(hard_alignment(token_rows(t), f.threshold));
-    if (f.alignment == "soft") return soft_text(token_rows(t));
+    if (f.alignment == "hard") return pharaoh(hard_alignment(token_weights(t), f.threshold));
+    if (f.alignment == "soft") return soft_text(token_weights(t));
     return std::string();
   };
   std::string out;
@@ -65,10 +58,10 @@ std::string format_result(int64_t index, const std::string& src, const std::vect
       nlohmann::json h = {{"text", t.text}, {"tokens", t.tgt_tokens}, {"score", t.score}, {"logprob", t.logprob}};
       if (f.alignment == "hard") {
         nlohmann::json pairs = nlohmann::json::array();
-        for (const auto& [i, jj] : hard_alignment(token_rows(t), f.threshold)) pairs.push_back({i, jj});
+        for (const auto& [i, jj] : hard_alignment(token_weights(t), f.threshold)) pairs.push_back({i, jj});
         h["alignment"] = pairs;
       } else if (f.alignment == "soft") {
-        h["alignment"] = token_rows(t);
+        h["alignment"] = token_weights(t);
       }
       j["hyps"].push_back(h);
     }

@@ -25,10 +25,12 @@ struct BadInput {
   std::string expect;  // the error line must contain this (the file, key, line or flag at fault)
 };
 
-// Every regular file under dir with its size and modification time.
+// Every regular file under dir with its size and modification time; a run directory's lock file (.lock, rewritten by
+// each writer that takes the lock, with its pid) is left out.
 std::map<std::string, std::pair<uintmax_t, int64_t>> snapshot(const std::string& dir) {
   std::map<std::string, std::pair<uintmax_t, int64_t>> files;
   for (const auto& e : fs::recursive_directory_iterator(dir)) {
+    if (e.path().filename() == ".lock") continue;
     struct stat st {};
     if (::stat(e.path().c_str(), &st) != 0) continue;
     int64_t mtime = static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;

@@ -100,6 +100,11 @@ std::vector<std::vector<Translation>> translate_lines_nbest(LoadedRun& run, cons
   return out;
 }
 
+std::vector<std::vector<float>> token_weights(const Translation& t) {
+  const size_t n = std::min(t.weights.size(), t.tgt_tokens.size());
+  return {t.weights.begin(), t.weights.begin() + static_cast<std::ptrdiff_t>(n)};
+}
+
 Translation word_level(const LoadedRun& run, const Translation& t) {
   if (!run.tok.subword()) return t;
   Translation w = t;

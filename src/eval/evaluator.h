@@ -40,6 +40,9 @@ struct Translation {
   double logprob = 0;  // total log-probability of the tokens and <eos>
 };
 
+// The attention rows of a translation's tokens, the <eos> step left out: one row per target token.
+std::vector<std::vector<float>> token_weights(const Translation& t);
+
 // Translates raw lines (tokenized with the run's tokenizer). Empty lines give empty translations.
 // Decodes in length-sorted batches of batch_size; beam_size 1 uses greedy search.
 std::vector<Translation> translate_lines(LoadedRun& run, const std::vector<std::string>& lines,

@@ -27,6 +27,7 @@
 #include "eval/run_dir.h"
 #include "eval/search.h"
 #include "train/distributed.h"
+#include "train/launcher.h"
 #include "kernels/adam.h"
 #include "train/snapshots.h"
 #include "viz/charts.h"
@@ -411,6 +412,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   const nlohmann::json resolved = config_to_json(cfg);
   Distributed* dist = opt.dist;
   const bool main_rank = !dist || dist->is_main();  // the rank that validates, logs and writes run_dir
+  // One writer per run directory, for as long as this training runs; taken before anything is read so that a second
+  // writer is refused at once. A new directory is locked when it is made, below. The local launcher of --nproc holds
+  // it for its workers.
+  const bool takes_lock = main_rank && !std::getenv(kLocalWorkerEnv);
+  DirLock lock;
+  if (takes_lock && fs::is_directory(dir.path())) lock = DirLock::acquire(dir.path(), false);
   check_run_dir(dir, cfg, opt, main_rank);
   // Read everything (corpus, vocabularies, checkpoint) before touching the run directory: bad input
   // then fails with nothing written, and --overwrite does not destroy a run before the new one can start.
@@ -436,6 +443,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   if (main_rank) {
     make_dirs(dir.path());
     if (::access(dir.path().c_str(), W_OK) != 0) throw UsageError(dir.path() + ": run directory is not writable");
+    if (takes_lock && !lock.held()) lock = DirLock::acquire(dir.path(), false);
     if (!opt.resume && opt.overwrite) {
       for (const auto& f : dir.training_files()) {
         std::error_code ec;

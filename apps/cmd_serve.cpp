@@ -1,0 +1,91 @@
+// attnmt serve --run DIR [--run DIR ...] [--host H] [--port P] [--checkpoint best|last|FILE] [limits]
+// A translation server with OpenNMT-py's REST API and a page at / (docs/serve.md). Runs are loaded once, read-only.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+
+#include <cstdio>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "commands.h"
+#include "common/errors.h"
+#include "serve/http.h"
+#include "serve/service.h"
+
+namespace attnmt::cli {
+
+namespace {
+int g_signal_pipe[2] = {-1, -1};
+void on_signal(int) {
+  const char c = 's';
+  [[maybe_unused]] ssize_t n = ::write(g_signal_pipe[1], &c, 1);
+}
+}  // namespace
+
+Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
+  struct Options {
+    ServeConfig svc;
+    HttpOptions http;
+  };
+  auto opt = std::make_shared<Options>();
+  auto* app = parent.add_subcommand("serve", "Serve trained runs over HTTP: OpenNMT-py's REST API and a page with the attention");
+  app->add_option("--run,-r", opt->svc.runs, "Run directory (repeatable; model ids 100, 101, ... in this order)")->required();
+  app->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();
+  app->add_option("--port", opt->http.port, "Port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app->add_option("--checkpoint", opt->svc.checkpoint, "best | last | a checkpoint file (every run)")->capture_default_str();
+  app->add_option("--max-batch", opt->svc.max_batch, "Sentences decoded together, across the requests waiting")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app->add_option("--http-threads", opt->http.threads, "Connections served at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  app->add_option("--max-request-bytes", opt->svc.limits.max_request_bytes, "Largest request body (413 above)")
+      ->capture_default_str()->check(CLI::Range(int64_t{64}, int64_t{1} << 32));
+  app->add_option("--max-sentences", opt->svc.limits.max_sentences, "Sentences in one request (413 above)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-words", opt->svc.limits.max_words, "Words in one sentence (400 above)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-queue", opt->svc.limits.max_queue, "Sentences waiting for one model (503 when full)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 24));
+  app->add_option("--timeout", opt->svc.limits.timeout_s, "Seconds a request may wait for its translation (503 after)")
+      ->capture_default_str()->check(CLI::Range(0.001, 86400.0));
+  app->add_option("--max-beam", opt->svc.limits.max_beam, "Largest beam_size and n_best a request may ask for")
+      ->capture_default_str()->check(CLI::Range(1, 100));
+  return {app, [opt, &g]() -> int {
+            if (!g.device.empty()) opt->svc.device = g.device;
+            if (!http_available())
+              throw UsageError("serve: this attnmt was built without cpp-httplib (Debian: libcpp-httplib-dev, which scripts/setup.sh installs); rebuild");
+            TranslationService svc(opt->svc);
+            HttpServer server(svc, opt->http);
+            // SIGINT and SIGTERM: the handler (whichever thread takes the signal) writes a byte to a pipe; a thread that
+            // reads it stops the server, which answers what is in flight before run() returns.
+            if (::pipe2(g_signal_pipe, O_CLOEXEC) != 0) throw Error("serve: cannot create a pipe");
+            struct sigaction sa {};
+            sa.sa_handler = on_signal;
+            sigemptyset(&sa.sa_mask);
+            sigaction(SIGINT, &sa, nullptr);
+            sigaction(SIGTERM, &sa, nullptr);
+            std::thread signals([&] {
+              char c = 0;
+              while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
+              }
+              if (c != 'q') spdlog::info("signal: stopping; answering the requests in flight");
+              server.stop();
+            });
+            std::printf("serving %zu model(s) on http://%s:%d/ (Ctrl-C stops)\n", opt->svc.runs.size(), opt->http.host.c_str(), server.port());
+            std::fflush(stdout);
+            server.run();
+            const char q = 'q';  // the server ended on its own: let the signal thread go
+            if (::write(g_signal_pipe[1], &q, 1) != 1) spdlog::warn("serve: cannot wake the signal thread");
+            signals.join();
+            std::signal(SIGINT, SIG_DFL);
+            std::signal(SIGTERM, SIG_DFL);
+            svc.stop();
+            ServeStats s = svc.stats();
+            spdlog::info("stopped: {} requests, {} sentences in {} batches, {} refused", s.requests, s.sentences, s.batches, s.refused);
+            return 0;
+          }};
+}
+
+}  // namespace attnmt::cli

@@ -1,0 +1,157 @@
+#include "serve/http.h"
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "common/errors.h"
+
+#ifdef ATTNMT_HAVE_HTTPLIB
+#include <httplib.h>
+#endif
+
+namespace attnmt {
+
+#ifdef ATTNMT_HAVE_HTTPLIB
+
+bool http_available() { return true; }
+
+namespace {
+
+constexpr const char* kJson = "application/json; charset=utf-8";
+
+void send(httplib::Response& res, const ApiReply& r) {
+  res.status = r.status;
+  // An error message may quote the request's bytes (a JSON parse error does): invalid UTF-8 there is replaced.
+  res.set_content(r.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+}
+
+}  // namespace
+
+struct HttpServer::Impl {
+  TranslationService& svc;
+  httplib::Server server;
+  int port = 0;
+  std::atomic<bool> stop_requested{false}, finished{false};
+  int listen_fd = -1;
+  explicit Impl(TranslationService& s) : svc(s) {}
+};
+
+HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : impl_(std::make_unique<Impl>(service)) {
+  httplib::Server& s = impl_->server;
+  TranslationService& svc = impl_->svc;
+  const int threads = opt.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  s.set_read_timeout(opt.read_timeout_s, 0);
+  s.set_write_timeout(opt.read_timeout_s, 0);
+  s.set_keep_alive_timeout(2);
+  s.set_payload_max_length(static_cast<size_t>(svc.limits().max_request_bytes));
+  auto page = [](const httplib::Request&, httplib::Response& res) { res.set_content(serve_page(), "text/html; charset=utf-8"); };
+  auto models = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.models()}); };
+  auto health = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.health()}); };
+  auto translate = [&svc](const httplib::Request& req, httplib::Response& res) { send(res, svc.translate(req.body)); };
+  s.Get("/", page);
+  s.Get("/index.html", page);
+  for (const char* root : {"", "/translator"}) {
+    const std::string r = root;
+    s.Get(r + "/models", models);
+    s.Get(r + "/health", health);
+    s.Post(r + "/translate", translate);
+  }
+  // What httplib answers by itself (an unknown path, a body over the limit, a malformed request) in the API's form.
+  s.set_error_handler([&svc](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg;
+    if (res.status == 404) msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, GET /models, GET /health, GET /)";
+    else if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
+    else msg = "HTTP " + std::to_string(res.status);
+    send(res, api_error(res.status, msg));
+  });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    spdlog::error("serve: {}", what);
+    send(res, api_error(500, "internal error: " + what));
+  });
+  // httplib's default socket options add SO_REUSEPORT, with which a second server could share the port: only
+  // SO_REUSEADDR here. The descriptor is kept to raise the listen backlog below.
+  s.set_socket_options([impl = impl_.get()](int fd) {
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    impl->listen_fd = fd;
+  });
+  if (opt.port == 0) {
+    impl_->port = s.bind_to_any_port(opt.host);
+    if (impl_->port <= 0) throw UsageError("serve: cannot listen on " + opt.host + " (any port)");
+  } else {
+    if (!s.bind_to_port(opt.host, opt.port))
+      throw UsageError("serve: cannot listen on " + opt.host + ":" + std::to_string(opt.port) + " (in use, or not this machine's address); try --port 0 for any free port");
+    impl_->port = opt.port;
+  }
+  // httplib listens with a backlog of 5: 32 clients connecting at once overflow it and some connections stall. Linux
+  // takes a second listen() on the socket as a new backlog.
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
+}
+
+HttpServer::~HttpServer() = default;
+int HttpServer::port() const { return impl_->port; }
+void HttpServer::run() {
+  if (!impl_->stop_requested) impl_->server.listen_after_bind();
+  impl_->finished = true;
+}
+
+void HttpServer::stop() {
+  impl_->stop_requested = true;
+  // A stop that comes while run() is starting waits for it to listen (httplib's stop() does nothing before).
+  for (int i = 0; i < 1000 && !impl_->server.is_running() && !impl_->finished; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  impl_->server.stop();
+}
+
+HttpResult http_request(const std::string& host, int port, const std::string& method, const std::string& path,
+                        const std::string& body, double timeout_s) {
+  httplib::Client c(host, port);
+  const auto sec = static_cast<time_t>(timeout_s);
+  const auto usec = static_cast<time_t>((timeout_s - static_cast<double>(sec)) * 1e6);
+  c.set_connection_timeout(sec, usec);
+  c.set_read_timeout(sec, usec);
+  c.set_write_timeout(sec, usec);
+  httplib::Result r = method == "GET"      ? c.Get(path)
+                      : method == "DELETE" ? c.Delete(path)
+                                           : c.Post(path, body, "application/json");
+  HttpResult out;
+  if (!r) {
+    out.error = httplib::to_string(r.error());
+    return out;
+  }
+  out.status = r->status;
+  out.body = r->body;
+  return out;
+}
+
+#else  // built without cpp-httplib
+
+bool http_available() { return false; }
+struct HttpServer::Impl {};
+HttpServer::HttpServer(TranslationService&, const HttpOptions&) {
+  throw UsageError("serve: this attnmt was built without cpp-httplib (Debian: libcpp-httplib-dev; scripts/setup.sh installs it); rebuild");
+}
+HttpServer::~HttpServer() = default;
+int HttpServer::port() const { return 0; }
+void HttpServer::run() {}
+void HttpServer::stop() {}
+HttpResult http_request(const std::string&, int, const std::string&, const std::string&, const std::string&, double) {
+  return {0, "", "built without cpp-httplib"};
+}
+
+#endif
+
+}  // namespace attnmt

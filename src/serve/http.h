@@ -1,0 +1,52 @@
+// `attnmt serve` on a socket: the routes of OpenNMT-py's REST server (POST /translator/translate, GET /translator/models,
+// GET /health, with short aliases) and the page at /, over cpp-httplib (Debian's libcpp-httplib-dev); and a small HTTP
+// client for the tests and the browser test's WebDriver calls. Without cpp-httplib at build time, HttpServer refuses to
+// start (UsageError, one line) and http_request answers status 0.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "serve/service.h"
+
+namespace attnmt {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 5000;       // 0: any free port (HttpServer::port() says which)
+  int threads = 64;      // connections served at once (each keep-alive client holds one while connected)
+  int read_timeout_s = 5;  // a client that sends nothing for this long is dropped: a slow or dead one blocks only itself
+};
+
+// Whether this build has the HTTP server (cpp-httplib was found).
+bool http_available();
+
+class HttpServer {
+ public:
+  // Binds host:port; UsageError when that fails (port in use, bad host) or without cpp-httplib.
+  HttpServer(TranslationService& service, const HttpOptions& opt);
+  ~HttpServer();
+  int port() const;
+  // Serves until stop(); returns once every request in flight is answered.
+  void run();
+  // Thread-safe (not from a signal handler): stops accepting connections and makes run() return.
+  void stop();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// The page at /: one HTML document with its script inline, no external assets.
+const std::string& serve_page();
+
+struct HttpResult {
+  int status = 0;  // 0: no answer (connection refused, timed out)
+  std::string body;
+  std::string error;  // why there was no answer
+};
+// One request to host:port (method GET, POST or DELETE; body sent as application/json).
+HttpResult http_request(const std::string& host, int port, const std::string& method, const std::string& path,
+                        const std::string& body = "", double timeout_s = 30);
+
+}  // namespace attnmt

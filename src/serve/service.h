@@ -1,0 +1,70 @@
+// The translation service behind `attnmt serve`, without the HTTP: OpenNMT-py's REST request and response shapes,
+// the limits, and one decoding worker per loaded run that decodes the sentences of requests arriving together as one
+// batch. serve/http.h puts it on a socket.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace attnmt {
+
+struct ServeLimits {
+  int64_t max_request_bytes = 1 << 20;  // a larger body is refused (413)
+  int max_sentences = 64;               // sentences in one request (413 above)
+  int max_words = 200;                  // whitespace-separated words in one sentence (400 above)
+  int max_queue = 4096;                 // sentences waiting for one model (503 when full)
+  double timeout_s = 60;                // a request not decoded by then is answered 503
+  int max_beam = 32;                    // beam_size and n_best a request may ask for
+};
+
+struct ServeConfig {
+  std::vector<std::string> runs;  // run directories; model ids 100, 101, ... in this order (as OpenNMT-py's conf.json)
+  std::string checkpoint = "best";
+  std::string device;             // empty: each run's config
+  int max_batch = 64;             // sentences decoded together, across requests
+  ServeLimits limits;
+};
+
+// An answer: the HTTP status and its JSON body ({"status": "error", "error": "..."} for 4xx/5xx).
+struct ApiReply {
+  int status = 200;
+  nlohmann::json body;
+};
+ApiReply api_error(int status, const std::string& message);
+
+// Counters since the start (GET /health).
+struct ServeStats {
+  int64_t requests = 0, sentences = 0, batches = 0, refused = 0;
+};
+
+class TranslationService {
+ public:
+  // Loads every run (read-only; UsageError naming the run on anything wrong) and starts its worker.
+  explicit TranslationService(const ServeConfig& cfg);
+  ~TranslationService();  // stop(), then waits for the workers
+  TranslationService(const TranslationService&) = delete;
+  TranslationService& operator=(const TranslationService&) = delete;
+
+  // POST /translator/translate: body [{"src": "...", "id": 100, ...options}, ...] (see docs/serve.md). Thread-safe;
+  // blocks until the sentences are decoded, the time limit passes or the service stops.
+  ApiReply translate(const std::string& body);
+  nlohmann::json models() const;  // GET /models: one object per run
+  nlohmann::json health() const;  // GET /health
+  ServeStats stats() const;
+  const ServeLimits& limits() const { return cfg_.limits; }
+  // New requests are refused (503); what is queued is still decoded and answered.
+  void stop();
+
+  class Worker;
+
+ private:
+  ServeConfig cfg_;
+  std::atomic<int64_t> requests_{0}, sentences_{0}, refused_{0};
+  std::vector<std::unique_ptr<Worker>> workers_;
+};
+
+}  // namespace attnmt

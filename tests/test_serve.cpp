@@ -1,0 +1,510 @@
+// attnmt serve: OpenNMT-py's request and response shapes, every error status, answers equal to `translate`'s under 32
+// concurrent clients, a clean stop on SIGTERM with the request in flight answered, and the page in headless Chromium
+// driven over WebDriver (skipped, saying so, without chromium and chromium-driver).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <thread>
+
+#include "support.h"
+#include "eval/bleu.h"
+#include "eval/evaluator.h"
+#include "serve/http.h"
+#include "train/trainer.h"
+
+namespace attnmt::test {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+struct ServeRuns {
+  std::string corpus, bahdanau, none;
+  std::vector<std::string> test_src;
+};
+
+// Two small trained runs over one toy corpus (Bahdanau and the fixed context), each evaluated so that /models has its
+// BLEU by length. Trained once per test binary run.
+const ServeRuns& serve_runs() {
+  static ServeRuns r = [] {
+    ServeRuns s;
+    s.corpus = tiny_toy_corpus("serve_corpus", 300, 20, 40, 14);
+    for (const char* att : {"bahdanau", "none"}) {
+      Config c = tiny_config_for(s.corpus, temp_dir(std::string("serve_") + att), att);
+      c.model.embed_dim = 16;
+      c.model.hidden_dim = 32;
+      c.train.epochs = 40;
+      c.train.batch_size = 16;
+      c.eval.beam_size = 3;
+      c.eval.buckets = {5, 10};
+      validate(c);
+      train(c, {}, torch::kCPU);
+      (std::string(att) == "none" ? s.none : s.bahdanau) = c.run_dir;
+      CliResult e = run_cli("evaluate --run " + c.run_dir);
+      EXPECT_EQ(e.code, 0) << e.output;
+    }
+    std::ifstream in(s.corpus + "/test.en");
+    for (std::string l; std::getline(in, l);) s.test_src.push_back(l);
+    return s;
+  }();
+  return r;
+}
+
+// A running `attnmt serve` on a free port; killed (SIGKILL) when the test ends if it is still up.
+struct Server {
+  pid_t pid = -1;
+  int port = 0;
+  std::string log;
+  ~Server() {
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  HttpResult get(const std::string& path) const { return http_request("127.0.0.1", port, "GET", path); }
+  HttpResult post(const std::string& path, const std::string& body) const { return http_request("127.0.0.1", port, "POST", path, body); }
+  // Sends SIGTERM and returns the exit code.
+  int stop() {
+    ::kill(pid, SIGTERM);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    pid = -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  }
+};
+
+std::unique_ptr<Server> start_server(const std::vector<std::string>& extra) {
+  auto s = std::make_unique<Server>();
+  s->log = temp_dir("serve_log") + "/serve.log";
+  std::vector<std::string> args = {"serve", "--port", "0"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  s->pid = spawn_cli(args, s->log);
+  const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)/");
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (std::chrono::steady_clock::now() < until) {
+    std::smatch m;
+    std::string text = read_file(s->log);
+    if (std::regex_search(text, m, listening)) {
+      s->port = std::stoi(m[1]);
+      break;
+    }
+    if (::waitpid(s->pid, nullptr, WNOHANG) == s->pid) {
+      s->pid = -1;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_GT(s->port, 0) << read_file(s->log);
+  return s;
+}
+
+json parse(const HttpResult& r) {
+  json j = json::parse(r.body, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON: " << r.body;
+  return j;
+}
+
+// The status is `status` and the body OpenNMT-style {"status": "error", "error": "..."} with `words` in the message.
+void expect_error(const HttpResult& r, int status, const std::string& words) {
+  EXPECT_EQ(r.status, status) << r.body;
+  json j = parse(r);
+  ASSERT_TRUE(j.is_object()) << r.body;
+  EXPECT_EQ(j.value("status", ""), "error") << r.body;
+  EXPECT_NE(j.value("error", "").find(words), std::string::npos) << r.body;
+}
+
+// `attnmt translate --format jsonl` of the given lines: each line's hypotheses (text, score), best first.
+std::vector<std::vector<json>> translate_cli(const std::string& run, const std::vector<std::string>& lines, const std::string& flags) {
+  std::string in = temp_dir("serve_tr") + "/in.txt";
+  std::string text;
+  for (const auto& l : lines) text += l + "\n";
+  write_file(in, text);
+  CliResult r = run_cli("--log-level warn translate --run " + run + " --format jsonl " + flags, in);
+  EXPECT_EQ(r.code, 0) << r.output;
+  std::vector<std::vector<json>> out;
+  std::istringstream is(r.output);
+  for (std::string l; std::getline(is, l);) {
+    json j = json::parse(l, nullptr, false);
+    if (j.is_object() && j.contains("hyps")) out.push_back(j["hyps"].get<std::vector<json>>());
+  }
+  return out;
+}
+
+TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--run", runs.none});
+  ASSERT_GT(srv->port, 0);
+
+  json health = parse(srv->get("/health"));
+  EXPECT_EQ(health.value("status", ""), "ok");
+  EXPECT_EQ(health.value("models", 0), 2);
+  for (const char* path : {"/models", "/translator/models"}) {
+    HttpResult r = srv->get(path);
+    ASSERT_EQ(r.status, 200) << path;
+    json models = parse(r);
+    ASSERT_TRUE(models.is_array());
+    ASSERT_EQ(models.size(), 2u);
+    EXPECT_EQ(models[0]["model_id"], 100);
+    EXPECT_EQ(models[1]["model_id"], 101);
+    EXPECT_EQ(models[0]["attention"], "bahdanau");
+    EXPECT_EQ(models[1]["has_attention"], false);
+    ASSERT_TRUE(models[0]["test"].is_object());
+    EXPECT_EQ(models[0]["test"]["by_length"].size(), 3u);  // buckets 1-5, 6-10, 11-
+  }
+
+  // The request of an OpenNMT-py client: a list of {src, id}; the answer a list (n-best ranks) of lists (inputs).
+  const std::vector<std::string> two = {runs.test_src[0], runs.test_src[1]};
+  HttpResult r = srv->post("/translator/translate", json::array({{{"src", two[0]}, {"id", 100}}, {{"src", two[1]}, {"id", 100}}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json out = parse(r);
+  ASSERT_TRUE(out.is_array());
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_EQ(out[0].size(), 2u);
+  auto expected = translate_cli(runs.bahdanau, two, "");
+  ASSERT_EQ(expected.size(), 2u);
+  auto words = [](const std::string& line) { return static_cast<int>(std::count(line.begin(), line.end(), ' ') + 1); };
+  for (size_t i = 0; i < 2; ++i) {
+    const json& h = out[0][i];
+    EXPECT_EQ(h["src"], two[i]);
+    EXPECT_EQ(h["tgt"], expected[i][0]["text"]);
+    EXPECT_EQ(h["n_best"], 1);
+    EXPECT_NEAR(h["pred_score"].get<double>(), expected[i][0]["score"].get<double>(), 1e-4);
+    // align: Pharaoh source-target pairs, one per target token, each source index inside the sentence
+    ASSERT_TRUE(h["align"].is_string());
+    std::istringstream pairs(h["align"].get<std::string>());
+    int n = 0;
+    for (std::string p; pairs >> p; ++n) {
+      int si = std::stoi(p.substr(0, p.find('-'))), ti = std::stoi(p.substr(p.find('-') + 1));
+      EXPECT_GE(si, 0);
+      EXPECT_LT(si, words(two[i]));
+      EXPECT_EQ(ti, n);
+    }
+    EXPECT_EQ(n, static_cast<int>(expected[i][0]["tokens"].size()));
+  }
+
+  // n-best: beam 3, 3 hypotheses; rank r of input i is translate's r-th hypothesis.
+  r = srv->post("/translator/translate", json::array({{{"src", two[0]}, {"id", 100}, {"beam_size", 3}, {"n_best", 3}},
+                                                        {{"src", two[1]}, {"id", 100}, {"beam_size", 3}, {"n_best", 3}}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  out = parse(r);
+  ASSERT_EQ(out.size(), 3u);
+  auto nbest = translate_cli(runs.bahdanau, two, "--beam 3 --nbest 3");
+  ASSERT_EQ(nbest.size(), 2u);
+  for (size_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(out[k].size(), 2u);
+    for (size_t i = 0; i < 2; ++i) {
+      ASSERT_EQ(nbest[i].size(), 3u);
+      EXPECT_EQ(out[k][i]["tgt"], nbest[i][k]["text"]) << "rank " << k << " input " << i;
+      EXPECT_EQ(out[k][i]["n_best"], 3);
+    }
+  }
+
+  // The attention matrix with its tokens, and sentence BLEU against the reference.
+  const std::string fr = read_file(runs.corpus + "/test.fr");
+  const std::string ref0 = fr.substr(0, fr.find('\n'));
+  r = srv->post("/translate", json::array({{{"src", two[0]}, {"attention", true}, {"ref", ref0}}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  json h = parse(r)[0][0];
+  ASSERT_TRUE(h.contains("attention"));
+  const json& att = h["attention"];
+  const size_t src_words = static_cast<size_t>(words(two[0]));
+  EXPECT_EQ(att["src"].size(), src_words);
+  ASSERT_EQ(att["weights"].size(), att["tgt"].size());
+  ASSERT_EQ(att["tgt"].size(), expected[0][0]["tokens"].size());
+  for (const auto& row : att["weights"]) {
+    ASSERT_EQ(row.size(), src_words);
+    double sum = 0;
+    for (const auto& w : row) sum += w.get<double>();
+    EXPECT_NEAR(sum, 1.0, 1e-4);
+  }
+  EXPECT_NEAR(h["bleu"].get<double>(), corpus_bleu({h["tgt"].get<std::string>()}, {{ref0}}).score, 1e-9);
+  EXPECT_GT(h["bleu"].get<double>(), 0.0) << h["tgt"] << " vs " << ref0;
+  // The model without attention: by name, no align.
+  r = srv->post("/translator/translate", json::array({{{"src", two[0]}, {"id", fs::path(runs.none).filename().string()}}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_FALSE(parse(r)[0][0].contains("align"));
+  EXPECT_EQ(parse(r)[0][0]["tgt"], translate_cli(runs.none, {two[0]}, "")[0][0]["text"]);
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+}
+
+TEST(Serve, RefusesBadRequestsWithTheirStatus) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--run", runs.none, "--max-request-bytes", "2000", "--max-sentences", "4",
+                           "--max-words", "20", "--max-queue", "3", "--max-beam", "8"});
+  ASSERT_GT(srv->port, 0);
+  const std::string s = runs.test_src[0];
+  auto one = [&](json extra) {
+    json item = {{"src", s}};
+    if (extra.is_object()) item.update(extra);
+    return json::array({item}).dump();
+  };
+  expect_error(srv->post("/translator/translate", "[{\"src\": \"a\""), 400, "malformed JSON");
+  expect_error(srv->post("/translator/translate", "{\"src\": \"a\"}"), 400, "JSON list");
+  expect_error(srv->post("/translator/translate", "[]"), 400, "empty");
+  expect_error(srv->post("/translator/translate", "[{\"id\": 100}]"), 400, "\"src\"");
+  expect_error(srv->post("/translator/translate", "[3]"), 400, "not an object");
+  expect_error(srv->post("/translator/translate", one({{"id", 999}})), 404, "no model with id 999");
+  expect_error(srv->post("/translator/translate", one({{"id", 1.5}})), 400, "\"id\"");
+  expect_error(srv->post("/translator/translate", json::array({{{"src", s}, {"id", 100}}, {{"src", s}, {"id", 101}}}).dump()), 400, "same model");
+  expect_error(srv->post("/translator/translate", one({{"beam", 3}})), 400, "unknown key \"beam\"");
+  expect_error(srv->post("/translator/translate", one({{"beam_size", 0}})), 400, "beam_size");
+  expect_error(srv->post("/translator/translate", one({{"beam_size", 9}})), 400, "out of range");
+  expect_error(srv->post("/translator/translate", one({{"beam_size", 2}, {"n_best", 3}})), 400, "n_best");
+  expect_error(srv->post("/translator/translate", one({{"align", "yes"}})), 400, "true or false");
+  expect_error(srv->post("/translator/translate", one({{"ref", 3}})), 400, "\"ref\"");
+  expect_error(srv->post("/translator/translate", one({{"id", 101}, {"attention", true}})), 400, "no attention weights");
+  expect_error(srv->post("/translator/translate", json::array({{{"src", s}, {"beam_size", 1}}, {{"src", s}, {"beam_size", 2}}}).dump()), 400, "other options");
+  std::string long_line;
+  for (int i = 0; i < 21; ++i) long_line += "w ";
+  expect_error(srv->post("/translator/translate", json::array({{{"src", long_line}}}).dump()), 400, "21 words");
+  expect_error(srv->post("/translator/translate", "[{\"src\": \"\xff\xfe\"}]"), 400, "");
+  // Oversized: a body over --max-request-bytes, more sentences than --max-sentences.
+  expect_error(srv->post("/translator/translate", json::array({{{"src", std::string(3000, 'a')}}}).dump()), 413, "limit");
+  json five = json::array();
+  for (int i = 0; i < 5; ++i) five.push_back({{"src", s}});
+  expect_error(srv->post("/translator/translate", five.dump()), 413, "5 sentences");
+  // Four sentences can never fit a queue of three: refused as a full queue would be.
+  json four = json::array();
+  for (int i = 0; i < 4; ++i) four.push_back({{"src", s}});
+  expect_error(srv->post("/translator/translate", four.dump()), 503, "queue is full");
+  expect_error(srv->get("/nothing/here"), 404, "no such path");
+  // Still serving after all of that.
+  HttpResult ok = srv->post("/translator/translate", one({}));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  EXPECT_GE(parse(srv->get("/health")).value("refused", 0), 20);
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+
+  // A request not decoded in time is answered 503.
+  auto slow = start_server({"--run", runs.bahdanau, "--timeout", "0.001"});
+  ASSERT_GT(slow->port, 0);
+  json many = json::array();
+  for (int i = 0; i < 32; ++i) many.push_back({{"src", runs.test_src[static_cast<size_t>(i) % runs.test_src.size()]}, {"beam_size", 10}});
+  expect_error(slow->post("/translator/translate", many.dump()), 503, "not decoded within");
+  EXPECT_EQ(slow->stop(), 0);
+
+  // Command-line errors: one line, exit 2.
+  CliResult bad = run_cli("serve --run " + runs.corpus + "/no_such_run --port 0");
+  EXPECT_EQ(bad.code, 2) << bad.output;
+  auto first = start_server({"--run", runs.bahdanau});
+  ASSERT_GT(first->port, 0);
+  CliResult taken = run_cli("serve --run " + runs.bahdanau + " --port " + std::to_string(first->port));
+  EXPECT_EQ(taken.code, 2) << taken.output;
+  EXPECT_NE(taken.output.find("cannot listen"), std::string::npos) << taken.output;
+}
+
+// 32 clients at once, 20 requests each, each a sentence of the test set: every answer is translate's for that sentence,
+// and sentences of requests that arrived together were decoded in shared batches.
+TEST(Serve, ConcurrentClientsGetWhatTranslateGives) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau});
+  ASSERT_GT(srv->port, 0);
+  auto expected = translate_cli(runs.bahdanau, runs.test_src, "--beam 1");
+  ASSERT_EQ(expected.size(), runs.test_src.size());
+  const int kClients = 32, kRequests = 20;
+  std::vector<std::string> failures(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int k = 0; k < kRequests; ++k) {
+        const size_t i = static_cast<size_t>(c * kRequests + k) % runs.test_src.size();
+        HttpResult r = srv->post("/translator/translate", json::array({{{"src", runs.test_src[i]}, {"id", 100}, {"beam_size", 1}}}).dump());
+        json j = json::parse(r.body, nullptr, false);
+        if (r.status != 200 || !j.is_array() || j.size() != 1 || j[0].size() != 1) {
+          failures[static_cast<size_t>(c)] += "status " + std::to_string(r.status) + " " + r.error + " " + r.body + "\n";
+        } else if (j[0][0]["tgt"] != expected[i][0]["text"]) {
+          failures[static_cast<size_t>(c)] += "sentence " + std::to_string(i) + ": " + j[0][0]["tgt"].dump() + " vs " + expected[i][0]["text"].dump() + "\n";
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  for (int c = 0; c < kClients; ++c) EXPECT_EQ(failures[static_cast<size_t>(c)], "") << "client " << c;
+  json health = parse(srv->get("/health"));
+  EXPECT_EQ(health.value("sentences", 0), kClients * kRequests);
+  EXPECT_LT(health.value("batches", 0), kClients * kRequests) << "no two requests were ever decoded together";
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+}
+
+// SIGTERM while a request is being decoded: that request is answered, then the server exits 0 and listens no more.
+TEST(Serve, StopsCleanlyAnsweringWhatIsInFlight) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--max-sentences", "4096", "--max-request-bytes", "10000000"});
+  ASSERT_GT(srv->port, 0);
+  json many = json::array();
+  for (int i = 0; i < 600; ++i) many.push_back({{"src", runs.test_src[static_cast<size_t>(i) % runs.test_src.size()]}, {"beam_size", 5}});
+  HttpResult answer;
+  std::thread client([&] { answer = srv->post("/translator/translate", many.dump()); });
+  // Wait until the server holds the request (its queue or a batch), then stop it.
+  for (int i = 0; i < 400 && parse(srv->get("/health")).value("requests", 0) < 1; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const int port = srv->port;
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+  client.join();
+  EXPECT_EQ(answer.status, 200) << answer.error << answer.body.substr(0, 200);
+  json out = json::parse(answer.body, nullptr, false);
+  ASSERT_TRUE(out.is_array());
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].size(), 600u);
+  EXPECT_EQ(http_request("127.0.0.1", port, "GET", "/health", "", 2).status, 0) << "still listening after the stop";
+}
+
+// --- the page in a real browser, over WebDriver (chromedriver) ---
+
+struct WebDriver {
+  pid_t pid = -1;
+  int port = 0;
+  std::string session;
+  ~WebDriver() {
+    if (!session.empty()) http_request("127.0.0.1", port, "DELETE", "/session/" + session);
+    if (pid > 0) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+  json call(const std::string& method, const std::string& path, const json& body = json::object()) {
+    HttpResult r = http_request("127.0.0.1", port, method, "/session/" + session + path, method == "GET" ? "" : body.dump(), 60);
+    json j = json::parse(r.body, nullptr, false);
+    EXPECT_EQ(r.status, 200) << method << " " << path << ": " << r.body.substr(0, 300);
+    return j.is_object() && j.contains("value") ? j["value"] : json();
+  }
+  std::string find(const std::string& css) {
+    json v = call("POST", "/element", {{"using", "css selector"}, {"value", css}});
+    return v.is_object() ? v.begin().value().get<std::string>() : "";
+  }
+  std::vector<std::string> find_all(const std::string& css) {
+    json v = call("POST", "/elements", {{"using", "css selector"}, {"value", css}});
+    std::vector<std::string> ids;
+    for (const auto& e : v) ids.push_back(e.begin().value().get<std::string>());
+    return ids;
+  }
+  std::string text(const std::string& element) { return call("GET", "/element/" + element + "/text").get<std::string>(); }
+};
+
+std::string which(const std::string& name) {
+  for (const char* dir : {"/usr/bin", "/usr/local/bin", "/usr/lib/chromium"}) {
+    std::string p = std::string(dir) + "/" + name;
+    if (::access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+std::string base64_decode(const std::string& in) {
+  static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  int val = 0, bits = -8;
+  for (char c : in) {
+    size_t d = chars.find(c);
+    if (d == std::string::npos) continue;
+    val = (val << 6) + static_cast<int>(d);
+    bits += 6;
+    if (bits >= 0) {
+      out.push_back(static_cast<char>((val >> bits) & 0xFF));
+      bits -= 8;
+    }
+  }
+  return out;
+}
+
+TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const std::string driver = which("chromedriver"), browser = which("chromium");
+  if (driver.empty() || browser.empty()) GTEST_SKIP() << "needs Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--run", runs.none});
+  ASSERT_GT(srv->port, 0);
+  HttpResult page = srv->get("/");
+  ASSERT_EQ(page.status, 200);
+  EXPECT_EQ(page.body.find("http://"), std::string::npos) << "the page must not fetch anything from elsewhere";
+  EXPECT_EQ(page.body.find("https://"), std::string::npos);
+
+  WebDriver wd;
+  const std::string log = temp_dir("serve_wd") + "/chromedriver.log";
+  // chromedriver picks no port by itself: take a free one from the kernel first.
+  {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
+    socklen_t n = sizeof(a);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &n);
+    wd.port = ntohs(a.sin_port);
+    ::close(fd);
+  }
+  {
+    std::vector<std::string> args = {driver, "--port=" + std::to_string(wd.port)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    ASSERT_EQ(posix_spawn(&wd.pid, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  for (int i = 0; i < 200 && http_request("127.0.0.1", wd.port, "GET", "/status", "", 1).status != 200; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  json caps = {{"capabilities",
+                {{"alwaysMatch",
+                  {{"browserName", "chrome"},
+                   {"goog:chromeOptions",
+                    {{"binary", browser}, {"args", {"--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1280,1000"}}}}}}}}};
+  HttpResult s = http_request("127.0.0.1", wd.port, "POST", "/session", caps.dump(), 120);
+  ASSERT_EQ(s.status, 200) << s.body << read_file(log);
+  wd.session = json::parse(s.body)["value"]["sessionId"].get<std::string>();
+
+  wd.call("POST", "/url", {{"url", "http://127.0.0.1:" + std::to_string(srv->port) + "/"}});
+  for (int i = 0; i < 100 && wd.find_all("body[data-ready]").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(wd.find_all("body[data-ready]").size(), 1u) << "the page did not load its models";
+  const std::string sentence = runs.test_src[3];
+  wd.call("POST", "/element/" + wd.find("#src") + "/value", {{"text", sentence}});
+  wd.call("POST", "/element/" + wd.find("#go") + "/click");
+  std::vector<std::string> tgts;
+  for (int i = 0; i < 200; ++i) {
+    tgts = wd.find_all(".card .tgt");
+    if (tgts.size() == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_EQ(tgts.size(), 2u) << "both models should answer";
+  // The page's beam is 5 by default: compare with translate --beam 5.
+  EXPECT_EQ(wd.text(wd.find("#out-100 .tgt")), translate_cli(runs.bahdanau, {sentence}, "--beam 5")[0][0]["text"].get<std::string>());
+  EXPECT_EQ(wd.text(wd.find("#out-101 .tgt")), translate_cli(runs.none, {sentence}, "--beam 5")[0][0]["text"].get<std::string>());
+  // The map: one cell per (target token, source word); none for the model without attention.
+  const size_t src_words = static_cast<size_t>(std::count(sentence.begin(), sentence.end(), ' ') + 1);
+  const std::vector<std::string> cells = wd.find_all("#out-100 table.map td.w");
+  const std::vector<std::string> rows = wd.find_all("#out-100 table.map tbody tr");
+  ASSERT_GT(rows.size(), 0u);
+  EXPECT_EQ(cells.size(), rows.size() * src_words);
+  EXPECT_EQ(wd.find_all("#out-101 table.map td.w").size(), 0u);
+  // Hover over the first cell: the line names the source word, the target word and the weight.
+  ASSERT_FALSE(cells.empty());
+  const std::string first_word = sentence.substr(0, sentence.find(' '));
+  wd.call("POST", "/actions",
+          {{"actions", json::array({{{"type", "pointer"}, {"id", "mouse"}, {"parameters", {{"pointerType", "mouse"}}},
+                                     {"actions", json::array({{{"type", "pointerMove"}, {"duration", 0}, {"x", 0}, {"y", 0},
+                                                               {"origin", {{"element-6066-11e4-a52e-4f735466cecf", cells[0]}}}}})}}})}});
+  const std::string hover = wd.text(wd.find("#out-100 .hover"));
+  EXPECT_NE(hover.find("source \u201c" + first_word + "\u201d"), std::string::npos) << hover;
+  EXPECT_NE(hover.find("weight 0."), std::string::npos) << hover;
+  // A screenshot as a user sees the page (ATTNMT_SERVE_SCREENSHOT=FILE keeps it, e.g. for docs/serve/page.png).
+  std::string png = base64_decode(wd.call("GET", "/screenshot").get<std::string>());
+  ASSERT_GT(png.size(), 1000u);
+  EXPECT_EQ(png.substr(1, 3), "PNG");
+  if (const char* keep = std::getenv("ATTNMT_SERVE_SCREENSHOT")) write_file(keep, png);
+  EXPECT_EQ(srv->stop(), 0);
+}
+
+}  // namespace
+}  // namespace attnmt::test
