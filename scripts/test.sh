@@ -36,6 +36,21 @@ else
   bash scripts/setup.sh
   bash scripts/build.sh
 fi
+# The browser test of `attnmt serve`'s page (tests/test_serve.cpp) drives Debian's chromium through chromium-driver;
+# without them it skips, saying so. ATTNMT_NO_BROWSER=1 leaves them out.
+if [ -z "${ATTNMT_NO_BROWSER:-}" ] && command -v apt-get >/dev/null; then
+  browser=()
+  for p in chromium chromium-driver; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || browser+=("$p")
+  done
+  if [ ${#browser[@]} -gt 0 ]; then
+    SUDO=""
+    if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+    echo "test: installing ${browser[*]} for the browser test"
+    { $SUDO apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${browser[@]}" >/dev/null; } ||
+      echo "test: could not install ${browser[*]}; the browser test will skip"
+  fi
+fi
 BUILD_DIR=${BUILD_DIR:-build}
 start=$(date +%s)
 (cd "$BUILD_DIR" && ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900)

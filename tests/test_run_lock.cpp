@@ -1,5 +1,5 @@
 // One writer per run directory: DirLock itself, and `train` holding its run directory against a second writer
-// (train, train --resume, --overwrite, average --out) while readers go on, until it is killed.
+// (train, train --resume, --overwrite, average --out) while readers (evaluate, translate, serve) go on, until it is killed.
 #include <signal.h>
 #include <sys/wait.h>
 
@@ -10,6 +10,7 @@
 #include "support.h"
 #include "common/errors.h"
 #include "common/fs.h"
+#include "serve/http.h"
 
 namespace attnmt::test {
 namespace {
@@ -122,6 +123,24 @@ TEST(RunLock, ASecondWriterIsRefusedWhileTrainingRunsAndReadersGoOn) {
   EXPECT_EQ(eval.code, 0) << eval.output;
   CliResult tr = run_cli("translate --run " + run + " --checkpoint last", corpus + "/test.en");
   EXPECT_EQ(tr.code, 0) << tr.output;
+  if (http_available()) {  // and a server of the run answers while it trains
+    const std::string slog = corpus + "/serve.log";
+    pid_t spid = spawn_cli({"serve", "--run", run, "--checkpoint", "last", "--port", "0"}, slog);
+    int port = 0;
+    for (int i = 0; i < 1200 && port == 0; ++i) {
+      std::string text = read_file(slog);
+      auto at = text.find("on http://127.0.0.1:");
+      if (at != std::string::npos) port = std::atoi(text.c_str() + at + 20);
+      else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ASSERT_GT(port, 0) << read_file(slog);
+    HttpResult r = http_request("127.0.0.1", port, "POST", "/translator/translate", "[{\"src\": \"a b c\"}]");
+    EXPECT_EQ(r.status, 200) << r.body;
+    ::kill(spid, SIGTERM);
+    int st = 0;
+    ::waitpid(spid, &st, 0);
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << read_file(slog);
+  }
 
   ::kill(pid, SIGKILL);
   int status = 0;

@@ -1,6 +1,6 @@
 // The page `attnmt serve` answers at /: a sentence box, the models to ask, and per model its translation, n-best list,
 // attention heat map (hover: source word, target word, weight; words or pieces for a SentencePiece run) and test BLEU
-// by source length. Plain HTML with its script inline: nothing is fetched but the server's own API.
+// by source length. /?src=...&beam=..&nbest=..&ref=..&models=100,101 fills the form and translates on load. Plain HTML with its script inline: nothing is fetched but the server's own API.
 #include "serve/http.h"
 
 namespace attnmt {
@@ -19,9 +19,9 @@ textarea{width:100%;font-size:1.05em;padding:.4em;box-sizing:border-box}
 .tgt{font-size:1.15em;margin:.4em 0;font-weight:600} .muted{color:#666;font-size:.88em}
 .error{color:#b00020;font-weight:600}
 table.map{border-collapse:collapse;margin:.5em 0}
-table.map td{width:24px;height:24px;border:1px solid #eee;padding:0}
+table.map td{width:18px;height:18px;border:1px solid #eee;padding:0}
 table.map th{font-weight:normal;font-size:.85em;padding:0 .3em;white-space:nowrap}
-table.map thead th{writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;height:auto}
+table.map thead th{writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;height:auto;padding:.3em 0}
 table.map tbody th{text-align:right}
 .hover{min-height:1.3em;font-family:monospace}
 table.len{border-collapse:collapse;font-size:.85em} table.len td,table.len th{padding:1px 6px;text-align:right}
@@ -153,7 +153,7 @@ async function init() {
     card.appendChild(el("div", {class: "muted"}, m.model));
     card.appendChild(el("div", {class: "result"}));
     if (m.test) {
-      const d = el("details"); d.appendChild(el("summary", {class: "muted"}, "test BLEU " + m.test.bleu.toFixed(2) + " (beam " + m.test.beam_size + "), by source length"));
+      const d = el("details"); d.open = true; d.appendChild(el("summary", {class: "muted"}, "test BLEU " + m.test.bleu.toFixed(2) + " (beam " + m.test.beam_size + "), by source length"));
       d.appendChild(lengthTable(m.test)); card.appendChild(d);
     }
     $("cards").appendChild(card);
@@ -162,6 +162,11 @@ async function init() {
   $("src").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey) { e.preventDefault(); translate(); } });
   $("status").textContent = MODELS.length + " model(s) loaded";
   document.body.setAttribute("data-ready", "1");
+  // A link can carry the sentence: /?src=...&beam=5&nbest=3&ref=...&models=100,101 translates it on load.
+  const q = new URLSearchParams(location.search);
+  if (q.get("models")) { const ids = q.get("models").split(","); for (const m of MODELS) $("use-" + m.model_id).checked = ids.includes(String(m.model_id)); }
+  for (const k of ["beam", "nbest", "ref"]) if (q.get(k)) $(k).value = q.get(k);
+  if (q.get("src")) { $("src").value = q.get("src"); await translate(); document.body.setAttribute("data-done", "1"); }
 }
 init();
 </script></body></html>
