@@ -36,12 +36,14 @@ struct ServeRuns {
 const ServeRuns& serve_runs() {
   static ServeRuns r = [] {
     ServeRuns s;
-    s.corpus = tiny_toy_corpus("serve_corpus", 300, 20, 40, 14);
+    // Small and briefly trained: the tests compare the server with `translate` on the same model, whatever its quality
+    // (each test process trains them again; a LibTorch whose OpenBLAS falls back to generic kernels is slow at it).
+    s.corpus = tiny_toy_corpus("serve_corpus", 200, 12, 40, 12);
     for (const char* att : {"bahdanau", "none"}) {
       Config c = tiny_config_for(s.corpus, temp_dir(std::string("serve_") + att), att);
       c.model.embed_dim = 16;
       c.model.hidden_dim = 32;
-      c.train.epochs = 40;
+      c.train.epochs = 8;
       c.train.batch_size = 16;
       c.eval.beam_size = 3;
       c.eval.buckets = {5, 10};
@@ -218,6 +220,7 @@ TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
   const json& att = h["attention"];
   const size_t src_words = static_cast<size_t>(words(two[0]));
   EXPECT_EQ(att["src"].size(), src_words);
+  ASSERT_GT(att["tgt"].size(), 0u) << "an empty translation would leave the matrix untested";
   ASSERT_EQ(att["weights"].size(), att["tgt"].size());
   ASSERT_EQ(att["tgt"].size(), expected[0][0]["tokens"].size());
   for (const auto& row : att["weights"]) {
@@ -227,7 +230,6 @@ TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
     EXPECT_NEAR(sum, 1.0, 1e-4);
   }
   EXPECT_NEAR(h["bleu"].get<double>(), corpus_bleu({h["tgt"].get<std::string>()}, {{ref0}}).score, 1e-9);
-  EXPECT_GT(h["bleu"].get<double>(), 0.0) << h["tgt"] << " vs " << ref0;
   // The model without attention: by name, no align.
   r = srv->post("/translator/translate", json::array({{{"src", two[0]}, {"id", fs::path(runs.none).filename().string()}}}).dump());
   ASSERT_EQ(r.status, 200) << r.body;
@@ -249,6 +251,7 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
     return json::array({item}).dump();
   };
   expect_error(srv->post("/translator/translate", "[{\"src\": \"a\""), 400, "malformed JSON");
+  expect_error(srv->post("/translator/translate", "[{\"src\": \"a\", \"id\": 1e999}]"), 400, "malformed JSON");  // fuzz: number overflow
   expect_error(srv->post("/translator/translate", "{\"src\": \"a\"}"), 400, "JSON list");
   expect_error(srv->post("/translator/translate", "[]"), 400, "empty");
   expect_error(srv->post("/translator/translate", "[{\"id\": 100}]"), 400, "\"src\"");

@@ -46,12 +46,6 @@ struct Job {
   std::atomic<bool> abandoned{false};  // the request timed out: skip it
 };
 
-// A request refused for a reason the client can act on (its status and message).
-struct Refusal {
-  int status;
-  std::string message;
-};
-
 }  // namespace serve_detail
 using namespace serve_detail;
 
@@ -101,12 +95,12 @@ class TranslationService::Worker {
   const json& info() const { return info_; }
   LoadedRun& run() { return run_; }  // its config, vocabularies and tokenizer kind: read-only from other threads
 
-  // Queues a job; Refusal when stopping or when the queue is full.
+  // Queues a job; RequestError (503) when stopping or when the queue is full.
   void submit(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> g(m_);
-    if (stopping_) throw Refusal{503, "the server is shutting down"};
+    if (stopping_) throw RequestError{503, "the server is shutting down"};
     if (queued_ + static_cast<int64_t>(job->lines.size()) > cfg_.limits.max_queue)
-      throw Refusal{503, "model " + std::to_string(id_) + ": the queue is full (" + std::to_string(queued_) +
+      throw RequestError{503, "model " + std::to_string(id_) + ": the queue is full (" + std::to_string(queued_) +
                              " sentences waiting, --max-queue " + std::to_string(cfg_.limits.max_queue) + "); retry later"};
     queued_ += static_cast<int64_t>(job->lines.size());
     q_.push_back(job);
@@ -203,42 +197,14 @@ json attention_json(const Translation& t) {
   return {{"src", t.src_tokens}, {"tgt", t.tgt_tokens}, {"weights", token_weights(t)}};
 }
 
-int count_words(const std::string& s) {
-  int n = 0;
-  bool in = false;
-  for (char c : s) {
-    bool space = c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-    if (!space && !in) ++n;
-    in = !space;
-  }
-  return n;
-}
-
-// An optional integer option of a request item within [lo, hi].
-int int_option(const json& item, const char* key, int dflt, int lo, int hi) {
-  if (!item.contains(key)) return dflt;
-  const json& v = item[key];
-  if (!v.is_number_integer()) throw Refusal{400, std::string("\"") + key + "\" must be an integer"};
-  int64_t x = v.get<int64_t>();
-  if (x < lo || x > hi)
-    throw Refusal{400, std::string("\"") + key + "\" " + std::to_string(x) + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"};
-  return static_cast<int>(x);
-}
-
-bool bool_option(const json& item, const char* key, bool dflt) {
-  if (!item.contains(key)) return dflt;
-  if (!item[key].is_boolean()) throw Refusal{400, std::string("\"") + key + "\" must be true or false"};
-  return item[key].get<bool>();
-}
-
-const std::vector<std::string> kKnownKeys = {"src", "id", "beam_size", "n_best", "align", "attention", "ref"};
-
 }  // namespace
 
 TranslationService::TranslationService(const ServeConfig& cfg) : cfg_(cfg) {
   if (cfg_.runs.empty()) throw UsageError("serve: give at least one --run DIR");
   for (size_t i = 0; i < cfg_.runs.size(); ++i) {
     workers_.push_back(std::make_unique<Worker>(kFirstModelId + static_cast<int>(i), cfg_.runs[i], cfg_));
+    LoadedRun& run = workers_.back()->run();
+    refs_.push_back({workers_.back()->id(), workers_.back()->name(), run.cfg.eval.beam_size, run.model->decoder->has_attention()});
     spdlog::info("model {}: {} ({})", workers_.back()->id(), cfg_.runs[i], workers_.back()->info()["model"].get<std::string>());
   }
 }
@@ -278,98 +244,38 @@ json TranslationService::health() const {
 ApiReply TranslationService::translate(const std::string& body) {
   requests_.fetch_add(1);
   try {
-    if (static_cast<int64_t>(body.size()) > cfg_.limits.max_request_bytes)
-      throw Refusal{413, "the request has " + std::to_string(body.size()) + " bytes, over the limit of " +
-                             std::to_string(cfg_.limits.max_request_bytes) + " (--max-request-bytes)"};
-    json req;
-    try {
-      req = json::parse(body);
-    } catch (const json::parse_error& e) {
-      throw Refusal{400, std::string("malformed JSON: ") + e.what()};
-    }
-    if (!req.is_array()) throw Refusal{400, "the request must be a JSON list of {\"src\": \"...\", \"id\": N} objects"};
-    if (req.empty()) throw Refusal{400, "the request is empty: give at least one {\"src\": \"...\"}"};
-    if (static_cast<int>(req.size()) > cfg_.limits.max_sentences)
-      throw Refusal{413, "the request has " + std::to_string(req.size()) + " sentences, over the limit of " +
-                             std::to_string(cfg_.limits.max_sentences) + " (--max-sentences)"};
-    // The model: every item names the same one (or none: the first model).
-    Worker* w = nullptr;
-    json id = nullptr;
-    for (size_t i = 0; i < req.size(); ++i) {
-      const json& it = req[i];
-      if (!it.is_object()) throw Refusal{400, "item " + std::to_string(i) + " is not an object"};
-      if (!it.contains("src") || !it["src"].is_string()) throw Refusal{400, "item " + std::to_string(i) + " has no \"src\" string"};
-      for (const auto& [k, v] : it.items())
-        if (std::find(kKnownKeys.begin(), kKnownKeys.end(), k) == kKnownKeys.end())
-          throw Refusal{400, "item " + std::to_string(i) + ": unknown key \"" + k + "\" (known: src, id, beam_size, n_best, align, attention, ref)"};
-      if (it.contains("ref") && !it["ref"].is_string()) throw Refusal{400, "item " + std::to_string(i) + ": \"ref\" must be a string"};
-      json this_id = it.contains("id") ? it["id"] : json(nullptr);
-      if (i == 0) id = this_id;
-      else if (this_id != id) throw Refusal{400, "all items of one request must name the same model \"id\" (item 0: " + id.dump() + ", item " + std::to_string(i) + ": " + this_id.dump() + ")"};
-    }
-    if (id.is_null()) {
-      w = workers_.front().get();
-    } else if (id.is_number_integer() || id.is_string()) {
-      for (const auto& x : workers_)
-        if ((id.is_number_integer() && id.get<int64_t>() == x->id()) || (id.is_string() && id.get<std::string>() == x->name())) w = x.get();
-      if (!w) throw Refusal{404, "no model with id " + id.dump() + " (GET /models lists them)"};
-    } else {
-      throw Refusal{400, "\"id\" must be a model id (an integer) or a run's name"};
-    }
-    // Options: the first item's, and the others must not ask for a different search.
-    const json& first = req[0];
-    JobOptions o;
-    o.beam = int_option(first, "beam_size", w->run().cfg.eval.beam_size, 1, cfg_.limits.max_beam);
-    o.nbest = int_option(first, "n_best", 1, 1, o.beam);
-    const bool has_attention = w->run().model->decoder->has_attention();
-    const bool align = bool_option(first, "align", has_attention);
-    const bool attention = bool_option(first, "attention", false);
-    if ((align || attention) && !has_attention && (first.contains("align") || first.contains("attention")))
-      throw Refusal{400, "model " + std::to_string(w->id()) + " (attention none) has no attention weights: leave out \"align\" and \"attention\""};
-    o.weights = (align || attention) && has_attention;
-    for (size_t i = 1; i < req.size(); ++i) {
-      if (int_option(req[i], "beam_size", o.beam, 1, cfg_.limits.max_beam) != o.beam || int_option(req[i], "n_best", o.nbest, 1, cfg_.limits.max_beam) != o.nbest ||
-          bool_option(req[i], "align", align) != align || bool_option(req[i], "attention", attention) != attention)
-        throw Refusal{400, "item " + std::to_string(i) + " asks for other options than item 0: one request, one set of beam_size, n_best, align, attention"};
-    }
+    const TranslateRequest req = parse_translate_request(body, cfg_.limits, refs_);
+    Worker* w = workers_[req.model].get();
     auto job = std::make_shared<Job>();
-    job->opt = o;
-    for (size_t i = 0; i < req.size(); ++i) {
-      std::string src = req[i]["src"].get<std::string>();
-      if (find_invalid_utf8(src) != std::string::npos) throw Refusal{400, "item " + std::to_string(i) + ": \"src\" is not valid UTF-8"};
-      int words = count_words(src);
-      if (words > cfg_.limits.max_words)
-        throw Refusal{400, "item " + std::to_string(i) + ": " + std::to_string(words) + " words, over the limit of " +
-                               std::to_string(cfg_.limits.max_words) + " (--max-words)"};
-      job->lines.push_back(std::move(src));
-    }
+    job->opt = {req.beam, req.nbest, req.wants_weights()};
+    job->lines = req.src;
     auto fut = job->done.get_future();
     w->submit(job);
     if (fut.wait_for(std::chrono::duration<double>(cfg_.limits.timeout_s)) != std::future_status::ready) {
       job->abandoned = true;
-      throw Refusal{503, "not decoded within " + fmt::format("{:g}", cfg_.limits.timeout_s) + " s (--timeout); the server is overloaded"};
+      throw RequestError{503, "not decoded within " + fmt::format("{:g}", cfg_.limits.timeout_s) + " s (--timeout); the server is overloaded"};
     }
     std::vector<std::vector<Translation>> results = fut.get();
     sentences_.fetch_add(static_cast<int64_t>(results.size()));
     // OpenNMT-py's shape: the outer list is the n-best rank, the inner one the inputs in order.
     LoadedRun& run = w->run();
     json out = json::array();
-    for (int r = 0; r < o.nbest; ++r) out.push_back(json::array());
+    for (int r = 0; r < req.nbest; ++r) out.push_back(json::array());
     for (size_t i = 0; i < results.size(); ++i) {
-      for (int r = 0; r < o.nbest; ++r) {
+      for (int r = 0; r < req.nbest; ++r) {
         // A sentence with fewer finished hypotheses than asked repeats its last one, so that every rank lists every input.
         const Translation& t = results[i][std::min(static_cast<size_t>(r), results[i].size() - 1)];
-        json h = {{"src", job->lines[i]}, {"tgt", t.text}, {"n_best", o.nbest}, {"pred_score", t.score}, {"logprob", t.logprob}};
-        if (o.weights) {
+        json h = {{"src", req.src[i]}, {"tgt", t.text}, {"n_best", req.nbest}, {"pred_score", t.score}, {"logprob", t.logprob}};
+        if (req.wants_weights()) {
           const Translation words = word_level(run, t);
-          if (align) h["align"] = pharaoh(hard_alignment(token_weights(words)));
-          if (attention) {
+          if (req.align) h["align"] = pharaoh(hard_alignment(token_weights(words)));
+          if (req.attention) {
             h["attention"] = attention_json(words);
             if (run.tok.subword()) h["attention_pieces"] = attention_json(t);
           }
         }
-        if (req[i].contains("ref")) {
-          std::string ref = req[i]["ref"].get<std::string>();
+        if (req.ref[i]) {
+          std::string ref = *req.ref[i];
           if (run.cfg.data.lowercase) ref = to_lower_utf8(ref);
           h["bleu"] = corpus_bleu({t.text}, {{ref}}).score;
         }
@@ -377,7 +283,7 @@ ApiReply TranslationService::translate(const std::string& body) {
       }
     }
     return {200, out};
-  } catch (const Refusal& r) {
+  } catch (const RequestError& r) {
     refused_.fetch_add(1);
     return api_error(r.status, r.message);
   } catch (const std::exception& e) {

@@ -10,16 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace attnmt {
+#include "serve/request.h"
 
-struct ServeLimits {
-  int64_t max_request_bytes = 1 << 20;  // a larger body is refused (413)
-  int max_sentences = 64;               // sentences in one request (413 above)
-  int max_words = 200;                  // whitespace-separated words in one sentence (400 above)
-  int max_queue = 4096;                 // sentences waiting for one model (503 when full)
-  double timeout_s = 60;                // a request not decoded by then is answered 503
-  int max_beam = 32;                    // beam_size and n_best a request may ask for
-};
+namespace attnmt {
 
 struct ServeConfig {
   std::vector<std::string> runs;  // run directories; model ids 100, 101, ... in this order (as OpenNMT-py's conf.json)
@@ -64,6 +57,7 @@ class TranslationService {
  private:
   ServeConfig cfg_;
   std::atomic<int64_t> requests_{0}, sentences_{0}, refused_{0};
+  std::vector<ModelRef> refs_;  // what the request parser knows of each model, in workers_' order
   std::vector<std::unique_ptr<Worker>> workers_;
 };
 
