@@ -405,11 +405,12 @@ std::string which(const std::string& name) {
 std::string base64_decode(const std::string& in) {
   static const std::string chars = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;
-  int val = 0, bits = -8;
+  uint32_t val = 0;  // the last bits read (at most 14 are ever needed)
+  int bits = -8;
   for (char c : in) {
     size_t d = chars.find(c);
     if (d == std::string::npos) continue;
-    val = (val << 6) + static_cast<int>(d);
+    val = ((val << 6) | static_cast<uint32_t>(d)) & 0xFFFFFu;
     bits += 6;
     if (bits >= 0) {
       out.push_back(static_cast<char>((val >> bits) & 0xFF));
