@@ -4,6 +4,7 @@
 
 #include "commands.h"
 #include "common/errors.h"
+#include "common/host.h"
 #include "common/fs.h"
 #include "eval/alignment.h"
 #include "eval/evaluator.h"
@@ -14,12 +15,12 @@ namespace {
 // [heads, Q, K] -> [heads][Q][K]
 std::vector<std::vector<std::vector<float>>> head_rows(const torch::Tensor& heads) {
   std::vector<std::vector<std::vector<float>>> out;
-  const torch::Tensor h = heads.to(torch::kFloat).contiguous();
+  const HostTensor h = to_host(heads, torch::kFloat);  // [heads, T, S]
   for (int64_t k = 0; k < h.size(0); ++k) {
     std::vector<std::vector<float>> rows;
     for (int64_t j = 0; j < h.size(1); ++j) {
-      const torch::Tensor r = h[k][j].contiguous();
-      rows.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+      const int64_t at = (k * h.size(1) + j) * h.size(2);
+      rows.push_back(h.values<float>(at, at + h.size(2)));
     }
     out.push_back(std::move(rows));
   }

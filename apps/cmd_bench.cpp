@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <numeric>
 
 #include <nlohmann/json.hpp>
@@ -18,7 +19,9 @@
 #include <ATen/Context.h>
 #include <torch/cuda.h>
 #include "common/config.h"
+#include "common/dispatch_count.h"
 #include "common/errors.h"
+#include "common/host.h"
 #include "common/runtime.h"
 #include "data/batcher.h"
 #include "data/vocab.h"
@@ -49,7 +52,7 @@ double best_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps)
   for (int i = 0; i < reps; ++i) {
     double t0 = now_s();
     torch::Tensor c = torch::mm(a, b);
-    if (c.is_cuda()) c.sum().item<float>();
+    if (c.is_cuda()) torch::cuda::synchronize(c.device().index());
     best = std::min(best, now_s() - t0);
   }
   return best;
@@ -156,7 +159,36 @@ struct BenchRow {
   double allreduce_step_ms = 0;   // inside the training step (includes waiting for the slowest rank)
   double allreduce_alone_ms = 0;  // back-to-back all-reduces of the same buckets, ranks in step
   double gradient_mb = 0;
+  // What a GPU would be asked to do (common/dispatch_count.h): ATen operations dispatched and host reads, per
+  // training step (and per target position of it), per greedy and per beam decoder step.
+  DispatchCount train_step_count;
+  std::map<std::string, int64_t> train_step_ops;  // by name, with --op-names
+  double ops_per_target_position = 0, ops_per_greedy_step = 0, ops_per_beam_step = 0;
+  double reads_per_greedy_step = 0, reads_per_beam_step = 0;
 };
+
+// One training step's dispatch count.
+template <class F>
+DispatchCount counted(F&& f) {
+  DispatchCounter counter;
+  f();
+  return counter.count();
+}
+
+// Per decoder step: the difference between two searches of different lengths over the steps they differ by, so that
+// the encoder, the keys and the read-back of the hypotheses cancel out.
+struct PerStep {
+  double ops = 0, reads = 0;
+};
+template <class Search>
+PerStep per_decoder_step(Search&& search) {
+  int64_t long_steps = 0, short_steps = 0;
+  const DispatchCount a = counted([&] { long_steps = search(true); });
+  const DispatchCount b = counted([&] { short_steps = search(false); });
+  if (long_steps <= short_steps) return {};
+  const double n = static_cast<double>(long_steps - short_steps);
+  return {static_cast<double>(a.dispatched_ops - b.dispatched_ops) / n, static_cast<double>(a.host_reads - b.host_reads) / n};
+}
 
 // The benchmark's rows: the attention types over the RNN encoder-decoder, then the self-attention encoder-decoder
 // ("self_attention": 3 layers a side, 8 heads, scaled dot-product cross-attention with 8 heads).
@@ -188,6 +220,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
     bool input_feeding = false;    // luong/scaled_dot with input feeding
     bool json = false;             // JSON output
     int nproc = 1;                 // data-parallel workers (training only)
+    bool op_names = false;         // --json: which operations one training step and one greedy step dispatch
   };
   auto opt = std::make_shared<Options>();
   auto* app = parent.add_subcommand("bench", "Measure training/decoding throughput against this machine's matmul rate");
@@ -200,6 +233,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--vocab", opt->vocab, "Source/target vocabulary size")->capture_default_str()->check(CLI::Range(8, 1000000));
   app->add_flag("--input-feeding", opt->input_feeding, "Benchmark luong/scaled_dot with input feeding");
   app->add_flag("--json", opt->json, "Print JSON");
+  app->add_flag("--op-names", opt->op_names, "With --json: the operations one training step dispatches, by name");
   app->add_option("--nproc", opt->nproc, "Measure data-parallel training in N local processes (training only)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -228,7 +262,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
             if (dist) {  // the ranks measure at the same time; the machine's roofline is their sum
               torch::Tensor t = torch::tensor({roof}, torch::kDouble);
               dist->allreduce_sum_(t);
-              roof = t.item<double>();
+              roof = host_scalar<double>(t);
             }
             spdlog::info("matmul 1024^3 float32: {:.1f} GFLOP/s (best of 20{}; BLAS {:.1f}, packed kernel {:.1f})", roof,
                          dist ? ", summed over the ranks" : "", roof_blas, roof_packed);
@@ -251,8 +285,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               int64_t s = opt->min_len + i % (opt->max_len - opt->min_len + 1);
               int64_t t = opt->min_len + (i * 7) % (opt->max_len - opt->min_len + 1);
               auto rs = torch::randint(4, opt->vocab, {s}, torch::kLong), rt = torch::randint(4, opt->vocab, {t}, torch::kLong);
-              data.push_back({std::vector<int64_t>(rs.data_ptr<int64_t>(), rs.data_ptr<int64_t>() + s),
-                              std::vector<int64_t>(rt.data_ptr<int64_t>(), rt.data_ptr<int64_t>() + t)});
+              data.push_back({cpu_vector<int64_t>(rs), cpu_vector<int64_t>(rt)});
             }
             std::vector<std::vector<int64_t>> srcs;
             for (const auto& d : data) srcs.push_back(d.src);
@@ -315,6 +348,13 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 dt += now_s() - t0;
                 if (!dist) sampler.sample();
               }
+              r.train_step_count = counted(train_step);
+              if (opt->op_names) {
+                DispatchCounter by_name(/*by_name=*/true);
+                train_step();
+                r.train_step_ops = by_name.by_name();
+              }
+              r.ops_per_target_position = static_cast<double>(r.train_step_count.dispatched_ops) / static_cast<double>(T);
               r.train_tok_s = static_cast<double>(batch.tgt_tokens) * opt->steps / dt;
               r.train_gflops = r.train_flops_step * opt->steps / dt / 1e9;
               r.rss_after_train_mb = peak_rss_mb();
@@ -391,6 +431,26 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                   for (int i = 0; i < single; ++i) timed_beam(make_src_batch(srcs, {first[static_cast<size_t>(i)]}), sdt, single_flops);
                   sampler.sample();
                 }
+                // Dispatch counts per decoder step: greedy over 30 and 10 steps, beam over two length limits.
+                {
+                  SearchOptions g = gs;
+                  const PerStep greedy = per_decoder_step([&](bool longer) {
+                    g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;  // every row to its limit: r.greedy_steps or 10 steps
+                    greedy_search(model, src_only, g, dev);
+                    return longer ? r.greedy_steps : int64_t{10};
+                  });
+                  r.ops_per_greedy_step = greedy.ops;
+                  r.reads_per_greedy_step = greedy.reads;
+                  SearchOptions b = bs;
+                  const PerStep beam = per_decoder_step([&](bool longer) {
+                    b.max_len_ratio = longer ? 1.0 : 0.0;  // len + 10 or 10 steps at most
+                    SearchStats st;
+                    beam_search(model, sub, b, dev, &st);
+                    return st.steps;
+                  });
+                  r.ops_per_beam_step = beam.ops;
+                  r.reads_per_beam_step = beam.reads;
+                }
                 r.beam_sent_s = nb * rounds / bdt;
                 r.beam_single_sent_s = single * rounds / sdt;
                 r.roof = sampler.best_gflops();
@@ -450,7 +510,15 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                      {"beam5_single_sentences_per_s", r.beam_single_sent_s},
                                      {"matmul_gflops", r.roof}, {"matmul_gflops_mean", r.roof_mean}, {"beam5_batched_mfu", r.beam_mfu}, {"beam5_single_mfu", r.beam_single_mfu},
                                      {"beam5_batched_speedup", r.beam_single_sent_s > 0 ? r.beam_sent_s / r.beam_single_sent_s : 0.0},
-                                     {"peak_rss_mb_after_training", r.rss_after_train_mb}});
+                                     {"peak_rss_mb_after_training", r.rss_after_train_mb},
+                                     {"dispatched_ops", {{"per_training_step", r.train_step_count.dispatched_ops},
+                                                         {"per_target_position", r.ops_per_target_position},
+                                                         {"per_greedy_step", r.ops_per_greedy_step},
+                                                         {"per_beam_step", r.ops_per_beam_step}}},
+                                     {"training_step_ops_by_name", r.train_step_ops},
+                                     {"host_reads", {{"per_training_step", r.train_step_count.host_reads},
+                                                     {"per_greedy_step", r.reads_per_greedy_step},
+                                                     {"per_beam_step", r.reads_per_beam_step}}}});
               std::cout << j.dump(2) << "\n";
             } else {
               std::printf("BLAS: %s\n", blas_info().c_str());

@@ -183,7 +183,8 @@ TEST(Kernels, ReferencePathGivesTheSameTrainingDecodingAndMapsForLuongAndScaledD
   EXPECT_GT(differing, 0);
 }
 
-// The reference path takes the paths a CUDA tensor takes, not the CPU kernels' fused ones.
+// The reference path takes the paths a CUDA tensor takes: the same one-node recurrence, made of LibTorch operations
+// (kernels/gru_recurrence_device.h) instead of the CPU kernels.
 TEST(Kernels, ReferenceModeTakesTheDevicePaths) {
   Config c = config_for(kinds()[1], test::temp_dir("kernels_paths"));
   Decoder d(c.model, 20);
@@ -191,7 +192,7 @@ TEST(Kernels, ReferenceModeTakesTheDevicePaths) {
     const ScopedKernelMode mode(KernelMode::kReference);
     EXPECT_FALSE(kernels_on(torch::kCPU));
     EXPECT_FALSE(kernels_for(torch::zeros({2}, torch::kFloat)));
-    EXPECT_EQ(d->path_for(torch::kCPU, 1.0, false), DecoderPath::kSteppedRecurrence);
+    EXPECT_EQ(d->path_for(torch::kCPU, 1.0, false), DecoderPath::kFusedRecurrence);
   }
   const ScopedKernelMode mode(KernelMode::kAuto);
   EXPECT_TRUE(kernels_on(torch::kCPU));

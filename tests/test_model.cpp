@@ -12,6 +12,7 @@
 #include "model/attention.h"
 #include "kernels/gru_gates.h"
 #include "kernels/gru_recurrence.h"
+#include "kernels/mode.h"
 #include "kernels/packed_product.h"
 #include "kernels/softmax_rows.h"
 #include "kernels/additive_scores.h"
@@ -720,11 +721,14 @@ TEST(Rnn, TrainingStepOnPackedProductsEqualsLibTorchGru) {
 }
 
 TEST(Rnn, DecodingEncoderRunEqualsPacked) {
-  // While decoding (eval mode, no gradients) the encoder's run by lengths goes through packed products: outputs
-  // (zero at padding) and final states equal the packed-sequence run, one and two layers, one and both directions.
+  // While decoding (eval mode, no gradients) the encoder's run by lengths goes through packed products (under
+  // --kernels reference: the device path's node, both directions in one loop): outputs (zero at padding) and final
+  // states equal the packed-sequence run, one and two layers, one and both directions.
   torch::NoGradGuard ng;
+  for (KernelMode mode : {KernelMode::kAuto, KernelMode::kReference})
   for (int64_t layers : {1, 2})
     for (bool bidir : {false, true}) {
+      const ScopedKernelMode kernels(mode);
       torch::manual_seed(9);
       Rnn rnn(RnnCell::kGru, 13, 24, layers, 0.2, bidir);
       rnn->eval();
@@ -744,11 +748,14 @@ TEST(Rnn, DecodingEncoderRunEqualsPacked) {
 // autograd node per layer and direction while training, kernels/gru_recurrence.h) against ATen's packed-sequence GRU:
 // in double to 1e-10, and in float (where its per-step
 // products run on packed weights on AVX-512 CPUs; 3H = 36 columns: one whole 32-column panel and a part) to
-// float rounding.
+// float rounding. Under --kernels reference the same for the device path's node (both directions in one loop, a
+// hand-derived backward in LibTorch operations: kernels/gru_recurrence_device.h).
 TEST(Rnn, LengthsPathEqualsPacked) {
+  for (KernelMode mode : {KernelMode::kAuto, KernelMode::kReference})
   for (auto dtype : {torch::kDouble, torch::kFloat})
   for (int64_t layers : {1, 2})
     for (bool bidir : {false, true}) {
+      const ScopedKernelMode kernels(mode);
       const bool dbl = dtype == torch::kDouble;
       const int64_t H = dbl ? 4 : 12;
       torch::manual_seed(3);
@@ -882,7 +889,9 @@ std::vector<torch::Tensor> logits_and_gradients(Seq2Seq& model, const TinyBatch&
 TEST(Model, FastPathsGiveTheStepwiseGradients) {
   TinyBatch b = tiny_batch();
   int checked = 0;
+  for (KernelMode mode : {KernelMode::kAuto, KernelMode::kReference})
   for (const ModelConfig& m : all_models()) {
+    const ScopedKernelMode kernels(mode);
     torch::manual_seed(0);
     Seq2Seq model(m, 20, 20);
     model->to(torch::kDouble);
@@ -898,7 +907,7 @@ TEST(Model, FastPathsGiveTheStepwiseGradients) {
     EXPECT_GT(fast.back().abs().sum().item<double>(), 0.0) << name_of(m);  // the output layer's bias got a gradient
     ++checked;
   }
-  EXPECT_EQ(checked, 11);
+  EXPECT_EQ(checked, 2 * 11);
 }
 
 // The same in float for the fused Bahdanau recurrence, whose per-step products run on packed weights there

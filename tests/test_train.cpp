@@ -11,7 +11,9 @@
 #include "support.h"
 #include "eval/run_dir.h"
 #include "kernels/packed_product.h"
+#include "common/dispatch_count.h"
 #include "kernels/adam.h"
+#include "kernels/mode.h"
 #include "train/trainer.h"
 
 using namespace attnmt;
@@ -333,6 +335,52 @@ TEST(Train, NanLossStopsWithClearError) {
     std::string m = e.what();
     EXPECT_NE(m.find("NaN at step 6"), std::string::npos) << m;
     EXPECT_NE(m.find("last.pt"), std::string::npos) << m;  // validated at step 4: a good checkpoint exists
+  }
+}
+
+// Where the kernel does not run (a GPU's tensors; every tensor under --kernels reference), adam_step is LibTorch's Adam
+// made of multi-tensor operations: the same numbers to the last bit, in eight dispatched operations a group (nine with
+// weight decay) however many parameters it holds, where LibTorch's loop dispatches eight for each.
+TEST(Train, MultiTensorAdamEqualsLibTorchAdamInAFewOperations) {
+  const ScopedKernelMode mode(KernelMode::kReference);
+  for (double wd : {0.0, 0.01}) {
+    torch::manual_seed(12);
+    std::vector<torch::Tensor> a = {torch::randn({30, 70}), torch::randn({17}), torch::randn({5, 3}), torch::randn({4})};
+    std::vector<torch::Tensor> b;
+    for (auto& t : a) {
+      t.requires_grad_(true);
+      b.push_back(t.detach().clone().requires_grad_(true));
+    }
+    const auto opts = torch::optim::AdamOptions(3e-3).weight_decay(wd);
+    torch::optim::Adam ours(a, opts), ref(b, opts);
+    for (int step = 1; step <= 3; ++step) {
+      for (size_t i = 0; i < a.size(); ++i) {
+        const torch::Tensor g = torch::randn(a[i].sizes()) * static_cast<double>(i + 1);
+        a[i].mutable_grad() = g.clone();
+        b[i].mutable_grad() = g.clone();
+      }
+      int64_t ops = 0;
+      {
+        DispatchCounter counter;
+        adam_step(ours);
+        ops = counter.count().dispatched_ops;
+      }
+      ref.step();
+      // the first step also makes each parameter's two moments (zeros_like)
+      EXPECT_EQ(ops, (wd == 0 ? 8 : 9) + (step == 1 ? 2 * static_cast<int64_t>(a.size()) : 0)) << "step " << step;
+      for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_EQ(a[i].sizes(), b[i].sizes());
+        EXPECT_TRUE(torch::equal(a[i], b[i])) << "wd " << wd << " step " << step << " param " << i;
+      }
+    }
+    ASSERT_EQ(ours.state().size(), a.size());
+    for (size_t i = 0; i < a.size(); ++i) {
+      const auto& st = static_cast<const torch::optim::AdamParamState&>(*ours.state().at(optimizer_state_key(ours.state(), a[i])));
+      const auto& rs = static_cast<const torch::optim::AdamParamState&>(*ref.state().at(optimizer_state_key(ref.state(), b[i])));
+      EXPECT_EQ(st.step(), 3);
+      EXPECT_TRUE(torch::equal(st.exp_avg(), rs.exp_avg()));
+      EXPECT_TRUE(torch::equal(st.exp_avg_sq(), rs.exp_avg_sq()));
+    }
   }
 }
 

@@ -1,5 +1,7 @@
 #include "common/runtime.h"
 
+#include "common/host.h"
+
 #include <strings.h>
 #include <unistd.h>
 
@@ -186,9 +188,8 @@ bool product_is_right(const torch::Tensor& a, const torch::Tensor& b, const torc
     *why = "wrong result shape";
     return false;
   }
-  const torch::Tensor A = a.to(torch::kDouble).contiguous(), B = b.to(torch::kDouble).contiguous(),
-                      C = c.to(torch::kDouble).contiguous();
-  const double *pa = A.data_ptr<double>(), *pb = B.data_ptr<double>(), *pc = C.data_ptr<double>();
+  const std::vector<double> A = cpu_vector<double>(a), B = cpu_vector<double>(b), C = cpu_vector<double>(c);
+  const double *pa = A.data(), *pb = B.data(), *pc = C.data();
   const double u = c.scalar_type() == torch::kFloat ? 0x1p-24 : 0x1p-53;
   const double tol = 2.0 * static_cast<double>(k + n + 2) * u;
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
@@ -217,11 +218,10 @@ bool product_is_right(const torch::Tensor& a, const torch::Tensor& b, const torc
 }
 
 torch::Tensor random_matrix(int64_t rows, int64_t cols, torch::ScalarType type, std::mt19937_64& gen) {
-  torch::Tensor t = torch::empty({rows, cols}, torch::kDouble);
+  std::vector<double> v(static_cast<size_t>(rows * cols));
   std::uniform_real_distribution<double> uni(-1.0, 1.0);
-  double* p = t.data_ptr<double>();
-  for (int64_t i = 0; i < rows * cols; ++i) p[i] = uni(gen);
-  return t.to(type);
+  for (double& x : v) x = uni(gen);
+  return from_host(v).view({rows, cols}).to(type);
 }
 }  // namespace
 

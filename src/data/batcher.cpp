@@ -1,5 +1,7 @@
 #include "data/batcher.h"
 
+#include "common/host.h"
+
 #include <algorithm>
 #include <numeric>
 #include <random>
@@ -72,16 +74,15 @@ torch::Tensor pad_rows(const std::vector<const std::vector<int64_t>*>& rows, int
   int64_t max_len = 0;
   for (auto* r : rows) max_len = std::max<int64_t>(max_len, static_cast<int64_t>(r->size()) + prefix + suffix);
   max_len = std::max<int64_t>(max_len, 1);
-  auto t = torch::full({static_cast<int64_t>(rows.size()), max_len}, kPadId, torch::kLong);
-  auto acc = t.accessor<int64_t, 2>();
+  std::vector<int64_t> ids(rows.size() * static_cast<size_t>(max_len), kPadId);
   for (size_t b = 0; b < rows.size(); ++b) {
-    int64_t k = 0;
-    if (prefix) acc[static_cast<int64_t>(b)][k++] = kBosId;
-    for (int64_t id : *rows[b]) acc[static_cast<int64_t>(b)][k++] = id;
-    if (suffix) acc[static_cast<int64_t>(b)][k++] = kEosId;
+    auto at = ids.begin() + static_cast<std::ptrdiff_t>(b * static_cast<size_t>(max_len));
+    if (prefix) *at++ = kBosId;
+    at = std::copy(rows[b]->begin(), rows[b]->end(), at);
+    if (suffix) *at = kEosId;
   }
   *max_len_out = max_len;
-  return t;
+  return from_host(ids).view({static_cast<int64_t>(rows.size()), max_len});
 }
 }  // namespace
 
@@ -91,12 +92,11 @@ Batch src_batch_from_rows(const std::vector<const std::vector<int64_t>*>& rows) 
   Batch b;
   int64_t s_len = 0;
   b.src = pad_rows(rows, 0, 0, &s_len);
-  b.src_len = torch::empty({static_cast<int64_t>(rows.size())}, torch::kLong);
-  auto lens = b.src_len.accessor<int64_t, 1>();
-  for (size_t k = 0; k < rows.size(); ++k) {
-    lens[static_cast<int64_t>(k)] = static_cast<int64_t>(rows[k]->size());
-    b.src_tokens += static_cast<int64_t>(rows[k]->size());
+  for (const auto* r : rows) {
+    b.src_lengths.push_back(static_cast<int64_t>(r->size()));
+    b.src_tokens += static_cast<int64_t>(r->size());
   }
+  b.src_len = from_host(b.src_lengths);
   b.src_mask = b.src.ne(kPadId);
   b.padded_cells = b.src.numel();
   return b;
@@ -133,16 +133,36 @@ Batch make_batch(const std::vector<EncodedPair>& data, const std::vector<int64_t
   return b;
 }
 
+std::vector<int64_t> Batch::lengths() const {
+  if (!src_lengths.empty() || !src_len.defined()) return src_lengths;
+  return cpu_vector<int64_t>(src_len);  // on the CPU by design (Batch::to keeps it there)
+}
+
 Batch Batch::to(const torch::Device& device) const {
   if (device.is_cpu()) return *this;
-  Batch b = *this;
-  b.src = src.to(device);
-  b.src_mask = src_mask.to(device);
+  // The int64 tensors side by side in one pinned host buffer, one copy that does not wait; the masks are made
+  // from the ids on the device.
+  std::vector<torch::Tensor> parts = {src.reshape(-1)};
   if (tgt_in.defined()) {
-    b.tgt_in = tgt_in.to(device);
-    b.tgt_out = tgt_out.to(device);
-    b.tgt_mask = tgt_mask.to(device);
-    if (tgt_rows.defined()) b.tgt_rows = tgt_rows.to(device);
+    parts.push_back(tgt_in.reshape(-1));
+    parts.push_back(tgt_out.reshape(-1));
+    if (tgt_rows.defined()) parts.push_back(tgt_rows);
+  }
+  const torch::Tensor packed = torch::cat(parts).pin_memory().to(device, /*non_blocking=*/true);
+  Batch b = *this;
+  int64_t at = 0;
+  auto next = [&](const torch::Tensor& like) {
+    torch::Tensor t = packed.narrow(0, at, like.numel()).view(like.sizes());
+    at += like.numel();
+    return t;
+  };
+  b.src = next(src);
+  b.src_mask = b.src.ne(kPadId);
+  if (tgt_in.defined()) {
+    b.tgt_in = next(tgt_in);
+    b.tgt_out = next(tgt_out);
+    b.tgt_mask = b.tgt_out.ne(kPadId);
+    if (tgt_rows.defined()) b.tgt_rows = next(tgt_rows);
   }
   return b;  // src_len stays on the CPU (pack_padded_sequence wants it there)
 }

@@ -18,6 +18,7 @@ struct EncodedPair {
 struct Batch {
   torch::Tensor src;       // [B, S] int64, padded with <pad>
   torch::Tensor src_len;   // [B] int64 (CPU)
+  std::vector<int64_t> src_lengths;  // the same lengths on the host (a search's limits need no read); see lengths()
   torch::Tensor src_mask;  // [B, S] bool, true at real tokens
   torch::Tensor tgt_in;    // [B, T] int64: <bos> y1 .. yn, padded
   torch::Tensor tgt_out;   // [B, T] int64: y1 .. yn <eos>, padded
@@ -28,7 +29,10 @@ struct Batch {
   int64_t src_tokens = 0;  // real source tokens
   int64_t tgt_tokens = 0;  // real target tokens (including <eos>)
   int64_t padded_cells = 0;  // B*S + B*T
+  // The batch on a device: its tensors in one pinned buffer, one copy that does not wait (CPU: itself).
   Batch to(const torch::Device& device) const;
+  // The source lengths on the host: src_lengths, or for a batch put together by hand, src_len's values.
+  std::vector<int64_t> lengths() const;
 };
 
 // The deterministic order of example indices per batch for one epoch: batch_size sentences per batch,

@@ -1,5 +1,7 @@
 #include "eval/evaluator.h"
 
+#include "common/host.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -151,28 +153,28 @@ std::vector<std::vector<std::vector<float>>> forced_attention(LoadedRun& run, co
     Batch d = b.to(run.device);
     const BatchLoss bl = batch_loss(run.model, d, 0.0);
     const Seq2SeqOutput& o = bl.out;
-    loss += bl.sum.item<double>();
+    loss += host_scalar<double>(bl.sum);
     tokens += b.tgt_tokens;
     if (self_maps) {
       for (size_t k = 0; k < idx.size(); ++k) {
         const size_t i = static_cast<size_t>(idx[k]);
         const int64_t S = static_cast<int64_t>(src[i].size()), T = static_cast<int64_t>(tgt[i].size());
         for (const auto& w : o.encoder_self_weights)
-          (*self_maps)[i].encoder.push_back(w[static_cast<int64_t>(k)].slice(1, 0, S).slice(2, 0, S).to(torch::kCPU).contiguous());
+          (*self_maps)[i].encoder.push_back(to_host(w[static_cast<int64_t>(k)].slice(1, 0, S).slice(2, 0, S), torch::kFloat).tensor());
         for (const auto& w : o.decoder_self_weights)
           (*self_maps)[i].decoder.push_back(
-              w[static_cast<int64_t>(k)].slice(1, 0, T + 1).slice(2, 0, T + 1).to(torch::kCPU).contiguous());  // <eos> step too
+              to_host(w[static_cast<int64_t>(k)].slice(1, 0, T + 1).slice(2, 0, T + 1), torch::kFloat).tensor());  // <eos> step too
       }
     }
     if (!o.weights.defined()) continue;
-    torch::Tensor w = o.weights.to(torch::kCPU).contiguous();
-    torch::Tensor hw = o.head_weights.defined() ? o.head_weights.to(torch::kCPU) : torch::Tensor();
+    const HostTensor w = to_host(o.weights, torch::kFloat);  // [B, T, S]
+    torch::Tensor hw = o.head_weights.defined() ? to_host(o.head_weights, torch::kFloat).tensor() : torch::Tensor();
     for (size_t k = 0; k < idx.size(); ++k) {
       size_t i = static_cast<size_t>(idx[k]);
       int64_t T = static_cast<int64_t>(tgt[i].size()), S = static_cast<int64_t>(src[i].size());
       for (int64_t j = 0; j < T; ++j) {
-        auto row = w[static_cast<int64_t>(k)][j].slice(0, 0, S).contiguous();
-        out[i].emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + S);
+        const int64_t at = (static_cast<int64_t>(k) * w.size(1) + j) * w.size(2);
+        out[i].push_back(w.values<float>(at, at + S));
       }
       if (head_weights && hw.defined())
         (*head_weights)[i] = hw[static_cast<int64_t>(k)].slice(1, 0, T).slice(2, 0, S).clone();  // [h, T, S]

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "common/host.h"
 #include "data/special_tokens.h"
 #include "kernels/softmax_rows.h"
 
@@ -23,9 +24,9 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   const int64_t B = batch.src.size(0);
   std::vector<int64_t> limits(static_cast<size_t>(B));
   int64_t max_steps = 0;
-  auto lens = batch.src_len.accessor<int64_t, 1>();
+  const std::vector<int64_t> lens = cpu_batch.lengths();
   for (int64_t b = 0; b < B; ++b) {
-    limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[b]))) + 10;
+    limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[static_cast<size_t>(b)]))) + 10;
     max_steps = std::max(max_steps, limits[static_cast<size_t>(b)]);
   }
   EncoderOutput enc = model->encode(batch.src, batch.src_len, batch.src_mask);
@@ -37,29 +38,33 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
     const RowArgmax pick = argmax_log_softmax(model->decoder->logits(s.readout));  // [B]: log_softmax + max
-    y = pick.ids.masked_fill(finished, kPadId);
+    // Rows past their <eos> go on with their own picks: the hypotheses are read up to each row's <eos> below, so
+    // nothing on the device needs to mask them (two operations a step fewer).
+    y = pick.ids;
     tokens.push_back(y);
-    scores.push_back(pick.logp.masked_fill(finished, 0.0));
+    scores.push_back(pick.logp);
     if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
-    finished = finished.logical_or(y.eq(kEosId));
-    if (opt.stop_at_eos && t % 4 == 3 && finished.all().item<bool>()) break;  // one host sync every few steps
+    if (!opt.stop_at_eos) continue;
+    finished.logical_or_(y.eq(kEosId));
+    if (t % 4 == 3 && host_scalar<bool>(finished.all())) break;  // one host read every few steps
   }
-  torch::Tensor toks = torch::stack(tokens, 1).to(torch::kCPU);  // [B, steps]
-  torch::Tensor sc = torch::stack(scores, 1).to(torch::kCPU);
-  torch::Tensor w = weights.empty() ? torch::Tensor() : torch::stack(weights, 1).to(torch::kCPU);  // [B, steps, S]
-  auto ta = toks.accessor<int64_t, 2>();
-  auto sa = sc.accessor<float, 2>();
+  const int64_t steps = static_cast<int64_t>(tokens.size());
+  const HostTensor toks = to_host(torch::stack(tokens, 1), torch::kLong);  // [B, steps]
+  const HostTensor sc = to_host(torch::stack(scores, 1), torch::kFloat);
+  const HostTensor w = weights.empty() ? HostTensor() : to_host(torch::stack(weights, 1), torch::kFloat);  // [B, steps, S]
+  const int64_t S = w.defined() ? w.size(2) : 0;
   std::vector<Hypothesis> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     Hypothesis& h = out[static_cast<size_t>(b)];
     int64_t limit = limits[static_cast<size_t>(b)];
-    for (int64_t t = 0; t < toks.size(1) && t < limit; ++t) {
-      int64_t id = ta[b][t];
-      h.score += sa[b][t];
-      h.logprob += sa[b][t];
+    for (int64_t t = 0; t < steps && t < limit; ++t) {
+      int64_t id = toks.data<int64_t>()[b * steps + t];
+      const float lp = sc.data<float>()[b * steps + t];
+      h.score += lp;
+      h.logprob += lp;
       if (w.defined()) {
-        auto row = w[b][t].slice(0, 0, lens[b]).contiguous();
-        h.weights.emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+        const int64_t at = (b * steps + t) * S;
+        h.weights.push_back(w.values<float>(at, at + lens[static_cast<size_t>(b)]));
       }
       if (id == kEosId) break;
       h.tokens.push_back(id);
@@ -85,11 +90,11 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   const size_t nbest = static_cast<size_t>(std::max(1, std::min(opt.nbest, opt.beam_size)));
   Batch batch = cpu_batch.to(device);
   const int64_t B = batch.src.size(0);
-  auto lens = batch.src_len.accessor<int64_t, 1>();
+  const std::vector<int64_t> lens = cpu_batch.lengths();
   std::vector<int64_t> limits(static_cast<size_t>(B));
   int64_t max_steps = 0;
   for (int64_t b = 0; b < B; ++b) {
-    limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[b]))) + 10;
+    limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[static_cast<size_t>(b)]))) + 10;
     max_steps = std::max(max_steps, limits[static_cast<size_t>(b)]);
   }
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
@@ -121,16 +126,22 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
     }
     torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [P*K, V]
     const int64_t V = logp.size(1);
-    torch::Tensor base = torch::tensor(scores, torch::TensorOptions().dtype(torch::kFloat)).to(device).unsqueeze(1);
+    torch::Tensor base = from_host(scores).to(device, torch::kFloat).unsqueeze(1);
     const int64_t P = static_cast<int64_t>(active.size());
     torch::Tensor cand = (base + logp).view({P, K * V});
     const int64_t C = std::min<int64_t>(2 * K, K * V);
     auto [top_v, top_i] = cand.topk(C, 1);
-    top_v = top_v.to(torch::kCPU);
-    top_i = top_i.to(torch::kCPU);
-    torch::Tensor w_cpu = (opt.keep_weights && s.weights.defined()) ? s.weights.to(torch::kCPU) : torch::Tensor();
-    auto tv = top_v.accessor<float, 2>();
-    auto ti = top_i.accessor<int64_t, 2>();
+    // One read a step: each sentence's candidates (scores, then their row-and-token indices, exact in double below
+    // 2^53) and, when asked for, its rows' attention weights, side by side.
+    const bool with_weights = opt.keep_weights && s.weights.defined();
+    std::vector<torch::Tensor> parts = {top_v, top_i};
+    if (with_weights) parts.push_back(s.weights.reshape({P, -1}));  // [P, K * S]
+    for (auto& part : parts) part = part.to(torch::kDouble);
+    const HostTensor read = to_host(torch::cat(parts, 1), torch::kDouble);
+    const int64_t width = read.size(1), S_w = with_weights ? s.weights.size(1) : 0;
+    const double* row_read = read.data<double>();
+    auto tv = [&](int64_t p, int64_t c) { return row_read[p * width + c]; };
+    auto ti = [&](int64_t p, int64_t c) { return static_cast<int64_t>(row_read[p * width + C + c]); };
 
     std::vector<int64_t> next_rows(static_cast<size_t>(P * K)), next_tok(static_cast<size_t>(P * K));
     std::vector<std::vector<int64_t>> new_toks(static_cast<size_t>(P * K));
@@ -143,14 +154,14 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
       {
         const bool at_limit = t + 1 >= limits[bi];
         for (int64_t c = 0; c < C && filled < K; ++c) {
-          double sc = tv[p][c];
+          double sc = tv(p, c);
           if (!std::isfinite(sc)) break;
-          int64_t row = p * K + ti[p][c] / V, tok = ti[p][c] % V;
+          int64_t row = p * K + ti(p, c) / V, tok = ti(p, c) % V;
           auto row_weights = [&]() {
             auto w = wts[static_cast<size_t>(row)];
-            if (w_cpu.defined()) {
-              auto r = w_cpu[row].slice(0, 0, lens[b]).contiguous();
-              w.emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + r.numel());
+            if (with_weights) {
+              const double* at = row_read + p * width + 2 * C + (row - p * K) * S_w;
+              w.emplace_back(at, at + lens[bi]);
             }
             return w;
           };
@@ -213,10 +224,10 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
       rows_next.push_back(next_rows[static_cast<size_t>(r)]);
       tok_next.push_back(next_tok[static_cast<size_t>(r)]);
     }
-    if (still.size() != active.size()) mem = mem.index_select(torch::tensor(keep, torch::kLong).to(device));
+    if (still.size() != active.size()) mem = mem.index_select(from_host(keep).to(device));
     active = std::move(still);
-    state = state.index_select(torch::tensor(rows_next, torch::kLong).to(device));
-    y = torch::tensor(tok_next, torch::kLong).to(device);
+    state = state.index_select(from_host(rows_next).to(device));
+    y = from_host(tok_next).to(device);
   }
   std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {

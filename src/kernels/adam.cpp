@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #ifdef __x86_64__
 #include <immintrin.h>
@@ -74,19 +75,71 @@ __attribute__((target("avx512f"))) void adam_span_avx512(const AdamArgs& a, int6
 #endif
 
 bool fits(const torch::Tensor& t) { return t.defined() && kernels_for(t) && t.is_contiguous() && !t.is_sparse(); }
+
+// A parameter's Adam state, made as LibTorch's step would make it when there is none yet.
+torch::optim::AdamParamState& adam_state(torch::optim::Adam& optim, const torch::Tensor& p) {
+  const auto key = optimizer_state_key(optim.state(), p);
+  auto it = optim.state().find(key);
+  if (it == optim.state().end()) {
+    auto st = std::make_unique<torch::optim::AdamParamState>();
+    st->step(0);
+    st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+    it = optim.state().emplace(key, std::move(st)).first;
+  }
+  return static_cast<torch::optim::AdamParamState&>(*it->second);
+}
+
+// Adam for the tensors the kernel does not take (a GPU's, and every tensor under --kernels reference): the operations
+// of torch::optim::Adam::step in the same order, each applied to all of a group's parameters at once (ATen's
+// _foreach_ operations: a handful of launches a step, where a loop over the parameters makes eight per parameter).
+void adam_step_multi_tensor(torch::optim::Adam& optim) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : optim.param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
+    const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
+    std::vector<torch::Tensor> params, grads, exp_avg, exp_avg_sq;
+    std::vector<c10::Scalar> sqrt_bc2, neg_step;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& st = adam_state(optim, p);
+      st.step(st.step() + 1);
+      const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
+      const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
+      params.push_back(p);
+      grads.push_back(p.grad());
+      exp_avg.push_back(st.exp_avg());
+      exp_avg_sq.push_back(st.exp_avg_sq());
+      sqrt_bc2.emplace_back(std::sqrt(bc2));
+      neg_step.emplace_back(-(o.lr() / bc1));
+    }
+    if (params.empty()) continue;
+    if (o.weight_decay() != 0) grads = at::_foreach_add(grads, params, o.weight_decay());
+    at::_foreach_mul_(exp_avg, beta1);
+    at::_foreach_add_(exp_avg, grads, 1 - beta1);
+    at::_foreach_mul_(exp_avg_sq, beta2);
+    at::_foreach_addcmul_(exp_avg_sq, grads, grads, 1 - beta2);
+    std::vector<torch::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);
+    at::_foreach_div_(denom, sqrt_bc2);
+    at::_foreach_add_(denom, o.eps());
+    at::_foreach_addcdiv_(params, exp_avg, denom, neg_step);
+  }
+}
 }  // namespace
 
 void adam_step(torch::optim::Adam& optim, int max_lanes) {
   for (const auto& group : optim.param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamOptions&>(group.options());
     if (o.amsgrad()) return static_cast<void>(optim.step());
+  }
+  for (const auto& group : optim.param_groups()) {
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      if (!fits(p) || !fits(p.grad())) return static_cast<void>(optim.step());
+      if (!fits(p) || !fits(p.grad())) return adam_step_multi_tensor(optim);
       auto it = optim.state().find(optimizer_state_key(optim.state(), p));
       if (it != optim.state().end()) {
         const auto& st = static_cast<const torch::optim::AdamParamState&>(*it->second);
-        if (!fits(st.exp_avg()) || !fits(st.exp_avg_sq())) return static_cast<void>(optim.step());
+        if (!fits(st.exp_avg()) || !fits(st.exp_avg_sq())) return adam_step_multi_tensor(optim);
       }
     }
   }
@@ -97,16 +150,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
     const double beta1 = std::get<0>(o.betas()), beta2 = std::get<1>(o.betas());
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const auto key = optimizer_state_key(optim.state(), p);
-      auto it = optim.state().find(key);
-      if (it == optim.state().end()) {  // the state LibTorch's step would create
-        auto st = std::make_unique<torch::optim::AdamParamState>();
-        st->step(0);
-        st->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        st->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
-        it = optim.state().emplace(key, std::move(st)).first;
-      }
-      auto& st = static_cast<torch::optim::AdamParamState&>(*it->second);
+      auto& st = adam_state(optim, p);
       st.step(st.step() + 1);
       const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
       const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));

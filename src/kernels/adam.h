@@ -10,9 +10,10 @@
 
 namespace attnmt {
 
-// One Adam step of optim. Parameters that are not contiguous float CPU tensors, or the amsgrad variant, go
-// through optim.step() (the whole step then, so that every parameter is updated the same way). max_lanes (4, 8 or
-// 16) caps the vector lanes, for tests.
+// One Adam step of optim. Where a parameter is not a contiguous float CPU tensor (a GPU's, or any under --kernels
+// reference), the whole step is LibTorch's Adam made of multi-tensor (_foreach_) operations, so that every parameter
+// is updated the same way; the amsgrad variant goes through optim.step(). max_lanes (4, 8 or 16) caps the vector
+// lanes, for tests.
 void adam_step(torch::optim::Adam& optim, int max_lanes = 16);
 
 // The key a LibTorch optimizer keeps a parameter's state under: the address of its TensorImpl as text in LibTorch 1.x

@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "kernels/additive_scores.h"
+#include "kernels/gru_recurrence_device.h"
 #include "kernels/gru_gates.h"
+#include "kernels/mode.h"
 #include "kernels/packed_product.h"
 
 namespace attnmt {
@@ -162,7 +164,21 @@ torch::Tensor gru_sequence(const Tensor& gi_x, const Tensor& h0, const Tensor& w
   const int64_t H = h0.size(1);
   TORCH_CHECK(w_hh.sizes() == torch::IntArrayRef({3 * H, H}) && b_hh.sizes() == torch::IntArrayRef({3 * H}),
               "gru_sequence: w_hh [3H, H] and b_hh [3H] expected for H = ", H, ", got ", w_hh.sizes(), " and ", b_hh.sizes());
+  if (!kernels_for(gi_x)) return gru_sequences_device(gi_x.unsqueeze(0), h0.unsqueeze(0), w_hh.unsqueeze(0), b_hh.unsqueeze(0))[0];
   return GruSequence::apply(gi_x, h0, w_hh, b_hh);
+}
+
+torch::Tensor gru_sequences(const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
+  TORCH_CHECK(gi_x.dim() == 4 && h0.dim() == 3 && w_hh.dim() == 3 && b_hh.dim() == 2 && gi_x.size(0) == h0.size(0) &&
+                  gi_x.size(1) == h0.size(1) && gi_x.size(3) == 3 * h0.size(2) && w_hh.size(0) == gi_x.size(0) &&
+                  w_hh.size(1) == 3 * h0.size(2) && w_hh.size(2) == h0.size(2) && b_hh.size(0) == gi_x.size(0) &&
+                  b_hh.size(1) == 3 * h0.size(2),
+              "gru_sequences: gi_x [D, B, T, 3H], h0 [D, B, H], w_hh [D, 3H, H], b_hh [D, 3H] expected, got ", gi_x.sizes(), ", ",
+              h0.sizes(), ", ", w_hh.sizes(), ", ", b_hh.sizes());
+  if (!kernels_for(gi_x)) return gru_sequences_device(gi_x, h0, w_hh, b_hh);
+  std::vector<Tensor> ys;
+  for (int64_t d = 0; d < gi_x.size(0); ++d) ys.push_back(GruSequence::apply(gi_x[d], h0[d], w_hh[d], b_hh[d]));
+  return torch::stack(ys, 0);
 }
 
 AdditiveGruRecurrence additive_gru_recurrence(const Tensor& gi_x, const Tensor& h0, const Tensor& keys, const Tensor& values,
@@ -182,7 +198,8 @@ AdditiveGruRecurrence additive_gru_recurrence(const Tensor& gi_x, const Tensor& 
   bool keep = false;  // per-step states and queries, kept only when a gradient will be asked for
   if (torch::GradMode::is_enabled())
     for (const Tensor* t : {&gi_x, &h0, &keys, &values, &w_ctx, &w_hh, &b_hh, &w_q, &v}) keep = keep || t->requires_grad();
-  auto out = AdditiveGru::apply(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep);
+  auto out = kernels_for(gi_x) ? AdditiveGru::apply(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep)
+                                : additive_gru_recurrence_device(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep);
   return {out[0], out[1], out[2]};
 }
 

@@ -1,4 +1,6 @@
-// Recurrences run as one autograd node each (CPU training paths). The Bahdanau decoder recurrence over all
+// Recurrences run as one autograd node each: on the CPU through attnmt's kernels, elsewhere (a GPU's tensors, and
+// every tensor under --kernels reference) in LibTorch operations arranged to dispatch few per step
+// (gru_recurrence_device.h). The Bahdanau decoder recurrence over all
 // target steps: per step, the attention query
 // W_q s_{t-1}, additive scores, masked softmax and context, then one GRU cell fed [e_t; c_t].
 //
@@ -24,6 +26,11 @@ GruCell gru_cell(const torch::Tensor& gi, const torch::Tensor& gh, const torch::
 // nodes per step and adds each step's W_hh gradient into the total; here W_hh's gradient is one product over
 // all T x B rows. Same values and gradients as torch::nn::GRU.
 torch::Tensor gru_sequence(const torch::Tensor& gi_x, const torch::Tensor& h0, const torch::Tensor& w_hh, const torch::Tensor& b_hh);
+
+// D such GRUs side by side (the two directions of a bidirectional layer, the second over reversed sentences):
+// gi_x [D, B, T, 3H], h0 [D, B, H], w_hh [D, 3H, H], b_hh [D, 3H] -> [D, B, T, H]. The CPU kernels run each
+// direction's node in turn; elsewhere (a GPU, --kernels reference) the directions share each step's operations.
+torch::Tensor gru_sequences(const torch::Tensor& gi_x, const torch::Tensor& h0, const torch::Tensor& w_hh, const torch::Tensor& b_hh);
 
 struct AdditiveGruRecurrence {
   torch::Tensor states;    // [B, T, H] s_1 .. s_T

@@ -1,5 +1,7 @@
 #include "lab/lab.h"
 
+#include "common/host.h"
+
 #include <dlfcn.h>
 #include <malloc.h>
 
@@ -297,25 +299,26 @@ ScoreProbe probe_scores(Seq2Seq& model, const Batch& cpu_batch, const torch::Dev
     g = torch::cat(gs, -2);
   }
   model->zero_grad();
-  x = x.detach().to(torch::kCPU).to(torch::kDouble);
+  x = to_host(x.detach(), torch::kDouble).tensor();
   if (x.dim() == 3) x = x.unsqueeze(1);
-  const torch::Tensor src = b.src_mask.to(torch::kCPU).to(torch::kDouble).unsqueeze(1).unsqueeze(1);  // [B, 1, 1, S]
-  const torch::Tensor rows = b.tgt_mask.to(torch::kCPU).to(torch::kDouble).unsqueeze(1).expand({x.size(0), x.size(1), x.size(2)});
+  const torch::Tensor src_mask = to_host(b.src_mask, torch::kBool).tensor();
+  const torch::Tensor src = src_mask.to(torch::kDouble).unsqueeze(1).unsqueeze(1);  // [B, 1, 1, S]
+  const torch::Tensor rows = to_host(b.tgt_mask, torch::kDouble).tensor().unsqueeze(1).expand({x.size(0), x.size(1), x.size(2)});
   const torch::Tensor n = src.sum(-1);  // [B, 1, 1]
   const torch::Tensor mean = (x * src).sum(-1) / n;
   const torch::Tensor var = ((x - mean.unsqueeze(-1)).pow(2) * src).sum(-1) / n;  // [B, h, T]
-  const torch::Tensor w = masked_softmax(x, b.src_mask.to(torch::kCPU));
+  const torch::Tensor w = masked_softmax(x, src_mask);
   const torch::Tensor wmax = std::get<0>(w.max(-1));
   const torch::Tensor ent = -(w * w.clamp_min(1e-300).log()).sum(-1);
-  const double count = rows.sum().item<double>();
+  const double count = cpu_scalar<double>(rows.sum());
   ScoreProbe p;
-  p.variance = (var * rows).sum().item<double>() / count;
-  p.mean_max = (wmax * rows).sum().item<double>() / count;
-  p.entropy = (ent * rows).sum().item<double>() / count;
+  p.variance = cpu_scalar<double>((var * rows).sum()) / count;
+  p.mean_max = cpu_scalar<double>((wmax * rows).sum()) / count;
+  p.entropy = cpu_scalar<double>((ent * rows).sum()) / count;
   if (g.defined()) {
-    torch::Tensor gm = g.to(torch::kCPU).to(torch::kDouble);
+    torch::Tensor gm = to_host(g, torch::kDouble).tensor();
     if (gm.dim() == 3) gm = gm.unsqueeze(1);
-    p.grad_norm = (gm * src * rows.unsqueeze(-1)).norm().item<double>();
+    p.grad_norm = cpu_scalar<double>((gm * src * rows.unsqueeze(-1)).norm());
   }
   return p;
 }
@@ -530,21 +533,15 @@ std::vector<std::vector<double>> forced_logprobs(Seq2Seq& model, const std::vect
   }
   const Batch b = make_batch(data, idx).to(device);
   Seq2SeqOutput o = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in);
-  torch::Tensor lp = torch::log_softmax(o.logits, -1).gather(2, b.tgt_out.unsqueeze(2)).squeeze(2).to(torch::kCPU).to(torch::kDouble);
+  const HostTensor lp = to_host(torch::log_softmax(o.logits, -1).gather(2, b.tgt_out.unsqueeze(2)).squeeze(2), torch::kDouble);  // [N, T+1]
   const int64_t T = static_cast<int64_t>(tgt.size());
   std::vector<std::vector<double>> out(srcs.size());
-  for (size_t i = 0; i < srcs.size(); ++i) {
-    torch::Tensor row = lp[static_cast<int64_t>(i)].slice(0, 0, T).contiguous();
-    out[i].assign(row.data_ptr<double>(), row.data_ptr<double>() + T);
-  }
+  for (size_t i = 0; i < srcs.size(); ++i) out[i] = lp.values<double>(static_cast<int64_t>(i) * lp.size(1), static_cast<int64_t>(i) * lp.size(1) + T);
   if (first_row_weights && o.weights.defined()) {
-    torch::Tensor w = o.weights[0].to(torch::kCPU).to(torch::kFloat).contiguous();  // [T+1, S]
+    const HostTensor w = to_host(o.weights[0], torch::kFloat);  // [T+1, S]
     const int64_t S = static_cast<int64_t>(srcs[0].size());
     first_row_weights->clear();
-    for (int64_t t = 0; t < T; ++t) {
-      torch::Tensor r = w[t].slice(0, 0, S).contiguous();
-      first_row_weights->emplace_back(r.data_ptr<float>(), r.data_ptr<float>() + S);
-    }
+    for (int64_t t = 0; t < T; ++t) first_row_weights->push_back(w.values<float>(t * w.size(1), t * w.size(1) + S));
   }
   return out;
 }
@@ -601,7 +598,7 @@ LabReport explanation(const LabOptions& opt) {
       auto f = [&](const torch::Tensor& x) {
         EncoderOutput enc = run.model->encoder->from_embeddings(x.unsqueeze(0), one.src_len, one.src_mask);
         Seq2SeqOutput o = run.model->decode(enc, one.tgt_in);
-        return torch::log_softmax(o.logits[0][t], -1)[one.tgt_out[0][t].item<int64_t>()];
+        return torch::log_softmax(o.logits[0][t], -1).index_select(0, one.tgt_out[0].narrow(0, t, 1)).squeeze(0);
       };
       std::vector<double> g = gradient_times_input(f, emb);
       for (double& v : g) v = std::fabs(v);
@@ -923,9 +920,9 @@ LabReport heads(const LabOptions& opt) {
       int64_t rows_n = 0, maps = 0;
       for (size_t i = 0; i < hw.size(); ++i) {
         if (!hw[i].defined()) continue;
-        torch::Tensor m = hw[i][k].to(torch::kFloat).contiguous();  // [T, S]
+        const HostTensor m = to_host(hw[i][k], torch::kFloat);  // [T, S]
         std::vector<std::vector<float>> map;
-        for (int64_t t = 0; t < m.size(0); ++t) map.emplace_back(m[t].data_ptr<float>(), m[t].data_ptr<float>() + m.size(1));
+        for (int64_t t = 0; t < m.size(0); ++t) map.push_back(m.values<float>(t * m.size(1), (t + 1) * m.size(1)));
         if (!test.align.empty()) c.add(aer_counts(hard_alignment(map), test.align[i]));
         const RowStats rs = row_stats(map);
         ent += rs.mean_entropy * static_cast<double>(rs.rows);
@@ -1023,8 +1020,8 @@ LabReport positions(const LabOptions& opt) {
     };
     const torch::Tensor a = states(xs), b = states(ys);
     const torch::Tensor swap = torch::tensor({0L, 4L, 2L, 3L, 1L, 5L}, torch::TensorOptions().device(a.device()));
-    const double reordered_diff = (a.index_select(1, swap) - b).abs().max().item<double>();
-    const double scale = a.abs().max().item<double>();
+    const double reordered_diff = host_scalar<double>((a.index_select(1, swap) - b).abs().max());
+    const double scale = host_scalar<double>(a.abs().max());
     SearchOptions greedy = search_options(run.cfg.eval, 1);
     const auto tx = translate_lines(run, xs, greedy, 64), ty = translate_lines(run, ys, greedy, 64);
     int64_t identical = 0, both_right = 0;

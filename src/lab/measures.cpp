@@ -1,5 +1,7 @@
 #include "lab/measures.h"
 
+#include "common/host.h"
+
 #include <cmath>
 
 namespace attnmt {
@@ -66,8 +68,7 @@ std::vector<double> gradient_times_input(const std::function<torch::Tensor(const
     y.backward();
   }
   torch::Tensor g = leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf);
-  torch::Tensor a = (leaf.detach() * g).sum(1).to(torch::kDouble).contiguous();  // [N]
-  return std::vector<double>(a.data_ptr<double>(), a.data_ptr<double>() + a.numel());
+  return host_vector<double>((leaf.detach() * g).sum(1));  // [N], one read from the lab's device
 }
 
 std::vector<std::vector<double>> leave_one_out(const SequenceScorer& f, const std::vector<int64_t>& tokens, int64_t replacement) {

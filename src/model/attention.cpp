@@ -14,19 +14,28 @@ AttentionMemory AttentionMemory::index_select(const torch::Tensor& rows) const {
   if (keys.defined()) m.keys = keys.index_select(0, rows);  // undefined for the attention-free model
   if (values.defined()) m.values = values.index_select(0, rows);
   m.mask = mask.index_select(0, rows);
+  if (blocked.defined()) m.blocked = blocked.index_select(0, rows);
   for (const AttentionMemory& l : layers) m.layers.push_back(l.index_select(rows));
   return m;
 }
 
-torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask) {
-  // mask [B, S] -> broadcast over the query (and head) axes
-  torch::Tensor m = mask;
+namespace {
+// Softmax over the last axis with the blocked positions ([B, S], broadcast over the query and head axes) at exactly 0.
+torch::Tensor blocked_softmax(const torch::Tensor& scores, const torch::Tensor& blocked) {
+  torch::Tensor m = blocked;
   while (m.dim() < scores.dim()) m = m.unsqueeze(1);
-  return torch::softmax(scores.masked_fill(m.logical_not(), -std::numeric_limits<float>::infinity()), -1);
+  return torch::softmax(scores.masked_fill(m, -std::numeric_limits<float>::infinity()), -1);
+}
+}  // namespace
+
+torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask) { return blocked_softmax(scores, mask.logical_not()); }
+
+torch::Tensor masked_softmax(const torch::Tensor& scores, const AttentionMemory& mem) {
+  return mem.blocked.defined() ? blocked_softmax(scores, mem.blocked) : masked_softmax(scores, mem.mask);
 }
 
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask, bool scale) {
+                                   const torch::Tensor& mask, bool scale, const torch::Tensor& blocked) {
   TORCH_CHECK(q.dim() == k.dim() && k.dim() == v.dim(), "scaled_dot_product: q, k, v need the same rank");
   TORCH_CHECK(q.size(-1) == k.size(-1), "scaled_dot_product: q and k dims differ: ", q.sizes(), " vs ", k.sizes());
   TORCH_CHECK(k.size(-2) == v.size(-2), "scaled_dot_product: k and v lengths differ");
@@ -40,7 +49,7 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
   shape.back() = k.size(-2);
   torch::Tensor scores = batched_product(flat(q), flat(k).transpose(1, 2)).view(shape);  // [..., T, S]
   if (scale) scores = scores * factor;
-  torch::Tensor w = masked_softmax(scores, mask);
+  torch::Tensor w = blocked.defined() ? blocked_softmax(scores, blocked) : masked_softmax(scores, mask);
   shape.back() = v.size(-1);
   return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor(), scores};
 }
@@ -124,14 +133,14 @@ AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t
 
 AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "AdditiveAttention");
-  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask, {}};  // keys: U h_j  [B, S, A]
+  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask, {}, {}};  // keys: U h_j  [B, S, A]
 }
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
   torch::Tensor scores = additive_scores(decoding_linear(*this, w_query, packed_query_, query), mem.keys, v->weight.view({-1}));  // [B, T, S]
   record(scores);
-  torch::Tensor w = overridden(masked_softmax(scores, mem.mask), mem.mask);
+  torch::Tensor w = overridden(masked_softmax(scores, mem), mem.mask);
   return {context(w, mem.values), w, torch::Tensor(), scores};  // [B, T, H_enc]
 }
 
@@ -145,7 +154,7 @@ MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_
 
 AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "MultiplicativeAttention");
-  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask, {}};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
+  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask, {}, {}};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
 }
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -154,7 +163,7 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
   torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
                                                         : batched_product(query, mem.keys.transpose(1, 2));
   record(scores);
-  torch::Tensor wts = overridden(masked_softmax(scores, mem.mask), mem.mask);
+  torch::Tensor wts = overridden(masked_softmax(scores, mem), mem.mask);
   return {context(wts, mem.values), wts, torch::Tensor(), scores};
 }
 
@@ -173,7 +182,7 @@ AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torc
   // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
   torch::Tensor k = train_linear(enc, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
   torch::Tensor v = train_linear(enc, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  return {k, v, mask, {}};  // keys/values [B, h, S, d]
+  return {k, v, mask, {}, {}};  // keys/values [B, h, S, d]
 }
 
 AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -181,7 +190,7 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
               query.sizes());
   const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
   torch::Tensor q = decoding_linear(*this, wq, packed_wq_, query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
-  AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_);  // ctx [B, h, T, d], w [B, h, T, S]
+  AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_, mem.blocked);  // ctx [B, h, T, d], w [B, h, T, S]
   record(o.scores);
   TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
   torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});

@@ -19,6 +19,7 @@ struct AttentionMemory {
   torch::Tensor keys;    // [B, S, K] projected keys (layout depends on the mechanism)
   torch::Tensor values;  // [B, S, V] values
   torch::Tensor mask;    // [B, S] bool, true at real source tokens (a self-attention decoder's own: [B, T, S])
+  torch::Tensor blocked;  // [B, S] bool, not mask: made once per batch by an RNN decoder's prepare(), or undefined
   std::vector<AttentionMemory> layers;  // a self-attention decoder: each layer's cross-attention memory
   // Rows reordered/expanded along the batch (beam search).
   AttentionMemory index_select(const torch::Tensor& rows) const;
@@ -33,8 +34,9 @@ struct AttentionOutput {
 
 // softmax(q k^T / sqrt(d)) v with masking. q [B, T, d], k [B, S, d], v [B, S, dv], mask [B, S] bool (or any
 // leading axes shared by q, k, v). scale false leaves out the 1/sqrt(d) (the lab's experiment key).
+// blocked, when given, is not mask, made once for many calls (one operation less each).
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const torch::Tensor& mask, bool scale = true);
+                                   const torch::Tensor& mask, bool scale = true, const torch::Tensor& blocked = {});
 
 // Additive scores v^T tanh(wq_t + k_s) for every query t and key s, as one autograd node:
 // wq [B, T, A], keys [B, S, A], v [A] -> [B, T, S]. For float CPU tensors the forward is one pass over the
@@ -44,6 +46,8 @@ torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys
 
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
+// The same over a memory's source positions, with its blocked positions made once per batch where it has them.
+torch::Tensor masked_softmax(const torch::Tensor& scores, const AttentionMemory& mem);
 
 class AttentionImpl : public torch::nn::Module {
  public:

@@ -1,5 +1,7 @@
 #include "model/checkpoint.h"
 
+#include "common/host.h"
+
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -119,7 +121,7 @@ void load_adam(torch::serialize::InputArchive& o, torch::optim::Optimizer& optim
   torch::Tensor n;
   groups_ar.read("param_groups/size", n);
   auto& groups = optim.param_groups();
-  TORCH_CHECK(n.item<int64_t>() == static_cast<int64_t>(groups.size()), "optimizer state has ", n.item<int64_t>(),
+  TORCH_CHECK(host_scalar<int64_t>(n) == static_cast<int64_t>(groups.size()), "optimizer state has ", host_scalar<int64_t>(n),
               " parameter group(s), the model ", groups.size());
   for (size_t i = 0; i < groups.size(); ++i) {
     torch::serialize::InputArchive g;
@@ -127,7 +129,7 @@ void load_adam(torch::serialize::InputArchive& o, torch::optim::Optimizer& optim
     torch::Tensor size;
     g.read("params/size", size);
     const auto& params = groups[i].params();
-    TORCH_CHECK(size.item<int64_t>() == static_cast<int64_t>(params.size()), "optimizer state holds ", size.item<int64_t>(),
+    TORCH_CHECK(host_scalar<int64_t>(size) == static_cast<int64_t>(params.size()), "optimizer state holds ", host_scalar<int64_t>(size),
                 " parameters, the model ", params.size());
     for (size_t j = 0; j < params.size(); ++j) {
       c10::IValue key;
@@ -155,7 +157,7 @@ void flatten_recurrent_weights(Seq2Seq& model) {
 // Format and model type, checked before the parameters are read so that the message names what differs.
 void check_header(const std::string& path, torch::serialize::InputArchive& ar, const ModelConfig& cfg) {
   torch::Tensor version;
-  const int64_t v = ar.try_read("format_version", version) ? version.item<int64_t>() : 1;
+  const int64_t v = ar.try_read("format_version", version) ? host_scalar<int64_t>(version) : 1;
   if (v < 1 || v > kCheckpointFormat)
     throw UsageError(path + ": checkpoint format " + std::to_string(v) + " is not readable by this attnmt (it reads formats 1 to " +
                      std::to_string(kCheckpointFormat) + "; a newer attnmt wrote it?)");
@@ -212,12 +214,12 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
     auto i64 = [&](const char* k) {
       torch::Tensor t;
       ar.read(k, t);
-      return t.item<int64_t>();
+      return host_scalar<int64_t>(t);
     };
     auto f64 = [&](const char* k) {
       torch::Tensor t;
       ar.read(k, t);
-      return t.item<double>();
+      return host_scalar<double>(t);
     };
     st.step = i64("step");
     st.epoch = i64("epoch");
@@ -238,14 +240,14 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
       if (rank_rng_found) *rank_rng_found = found;
     }
     auto gen = at::detail::getDefaultCPUGenerator();
-    gen.set_state(rng.cpu());
+    gen.set_state(to_host(rng, torch::kByte).tensor());
     if (device.is_cuda()) {
       torch::Tensor cuda_rng;
       bool found = ar.try_read("rng_cuda", cuda_rng);
       if (rank > 0) found = ar.try_read("rng_cuda_rank" + std::to_string(rank), cuda_rng);
       if (found) {
         at::Generator g = at::globalContext().defaultGenerator(device);  // a handle on the device's generator
-        g.set_state(cuda_rng.cpu());
+        g.set_state(to_host(cuda_rng, torch::kByte).tensor());
       }
       else if (rank_rng_found) *rank_rng_found = false;  // written on a CPU: the GPU's dropout masks start afresh
     }

@@ -32,7 +32,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
       layers_(cfg.decoder_layers) {
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(kPadId)));
-  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  drop = register_module("drop", Dropout(cfg.dropout));
   if (cfg.decoder.type == LayerType::kSelfAttention) {
     self_attention = register_module("self_attention", SelfAttentionDecoder(cfg));
     out = register_module("out", torch::nn::Linear(H, vocab));
@@ -63,10 +63,13 @@ DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
 }
 
 AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
-  if (!attention_ && !self_attention) return {torch::Tensor(), torch::Tensor(), enc.mask, {}};
+  if (!attention_ && !self_attention) return {torch::Tensor(), torch::Tensor(), enc.mask, {}, {}};
   // model.attention.mask false (an experiment): every position, padding included, takes part in the softmax.
   const torch::Tensor mask = mask_padding_ ? enc.mask : torch::ones_like(enc.mask);
-  return self_attention ? self_attention->prepare(enc.states, mask) : attention_->prepare(enc.states, mask);
+  if (self_attention) return self_attention->prepare(enc.states, mask);
+  AttentionMemory mem = attention_->prepare(enc.states, mask);
+  mem.blocked = mem.mask.logical_not();  // once per batch, not at every step
+  return mem;
 }
 
 DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
@@ -128,7 +131,9 @@ DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_fo
   if (luong_style_) return DecoderPath::kTokenByToken;  // input feeding: each step needs the previous h~
   if (!attention_) return DecoderPath::kFixedContext;
   const bool additive = dynamic_cast<const AdditiveAttention*>(attention_.get()) != nullptr;
-  if (additive && !rnn->is_lstm() && layers_ == 1 && kernels_on(device)) return DecoderPath::kFusedRecurrence;
+  // One autograd node for the whole recurrence: attnmt's CPU kernels, or LibTorch operations on a GPU
+  // (kernels/gru_recurrence.h); the stepped path is left for LSTM and stacked decoders.
+  if (additive && !rnn->is_lstm() && layers_ == 1) return DecoderPath::kFusedRecurrence;
   return DecoderPath::kSteppedRecurrence;
 }
 

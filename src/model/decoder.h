@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "model/dropout.h"
 #include "model/attention.h"
 #include "model/encoder.h"
 #include "kernels/packed_product.h"
@@ -51,7 +52,7 @@ DecoderDims decoder_dims(const ModelConfig& cfg);
 enum class DecoderPath {
   kAllSteps,           // Luong/scaled-dot without input feeding: one RNN call, then attention over all steps
   kFixedContext,       // none: one RNN call over [e_t; c] with the same c at every step
-  kFusedRecurrence,    // Bahdanau, one GRU layer, CPU: the attention recurrence as one autograd node
+  kFusedRecurrence,    // Bahdanau, one GRU layer: the attention recurrence as one autograd node (kernels/gru_recurrence.h)
   kSteppedRecurrence,  // Bahdanau otherwise: the recurrence stepped, embeddings and readout batched
   kTokenByToken,       // input feeding, teacher_forcing < 1, or asked for: step() at every position
   kSelfAttention,      // self-attention decoder: all positions at once under the causal mask
@@ -102,7 +103,7 @@ class DecoderImpl : public torch::nn::Module {
   bool mask_padding_;   // model.attention.mask
   int64_t hidden_, layers_;
   torch::nn::Embedding embed{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
   Rnn rnn{nullptr};
   std::shared_ptr<AttentionImpl> attention_;
   PackedLinear packed_out_, packed_combine_;

@@ -1,5 +1,7 @@
 #include "model/encoder.h"
 
+#include "common/host.h"
+
 #include "data/special_tokens.h"
 
 namespace attnmt {
@@ -7,7 +9,7 @@ namespace attnmt {
 EncoderImpl::EncoderImpl(const ModelConfig& cfg, int64_t vocab)
     : bidirectional_(cfg.bidirectional), layers_(cfg.encoder_layers), lstm_(cfg.rnn == RnnCell::kLstm) {
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, cfg.embed_dim).padding_idx(kPadId)));
-  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  drop = register_module("drop", Dropout(cfg.dropout));
   if (cfg.encoder.type == LayerType::kSelfAttention) {
     self_attention = register_module("self_attention", SelfAttentionEncoder(cfg));
     return;
@@ -29,7 +31,7 @@ EncoderOutput EncoderImpl::from_embeddings(const torch::Tensor& emb, const torch
   TORCH_CHECK(lengths.dim() == 1 && lengths.size(0) == emb.size(0), "Encoder: lengths must be [B], got ", lengths.sizes());
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == emb.size(0) && mask.size(1) == emb.size(1), "Encoder: mask must be [B, S], got ",
               mask.sizes());
-  TORCH_CHECK(lengths.min().item<int64_t>() >= 1, "Encoder: every source sentence needs at least one token");
+  for (int64_t n : cpu_vector<int64_t>(lengths)) TORCH_CHECK(n >= 1, "Encoder: every source sentence needs at least one token");
   torch::Tensor x = drop(emb);                            // [B, S, E]
   if (self_attention) {
     SelfAttentionOutput sa = self_attention(x, mask);

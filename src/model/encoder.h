@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "model/dropout.h"
 #include "model/rnn.h"
 #include "model/self_attention.h"
 
@@ -32,7 +33,7 @@ class EncoderImpl : public torch::nn::Module {
   int64_t layers_;
   bool lstm_;
   torch::nn::Embedding embed{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
   Rnn rnn{nullptr};                                // model.encoder.type rnn
   SelfAttentionEncoder self_attention{nullptr};    // model.encoder.type self_attention
 };

@@ -34,8 +34,11 @@ namespace {
 // One GRU layer and direction as a single autograd node (kernels/gru_recurrence.h): training on the CPU. A single step too
 // (a decoder stepping for input feeding) where training's products are packed: ATen's GRU would hand the BLAS six
 // small products per step, whose threads then spin against the packed kernel's helpers on the other core.
+// Elsewhere (a GPU, --kernels reference) a sequence of more than one step runs as the device path's node, which
+// dispatches a few operations a step (kernels/gru_recurrence_device.h); a single step stays ATen's GRU, one call.
 bool use_gru_sequence(const torch::Tensor& x) {
-  return kernels_on(x.device()) && torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
+  if (!kernels_on(x.device())) return x.size(1) > 1;
+  return torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
 }
 
 torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
@@ -137,11 +140,11 @@ torch::Tensor RnnImpl::packed_gru_layer(const torch::Tensor& x, size_t which, co
 }
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor& x, const torch::Tensor& lengths) {
-  if (lstm || !kernels_on(x.device())) return forward_packed(x, lengths);  // the reference
+  if (lstm) return forward_packed(x, lengths);
   TORCH_CHECK(x.dim() == 3 && lengths.dim() == 1 && lengths.size(0) == x.size(0), "Rnn::forward_lengths: x [B, S, In] and lengths [B] expected, got ",
               x.sizes(), " and ", lengths.sizes());
   const int64_t B = x.size(0), S = x.size(1);
-  const torch::Tensor len = lengths.to(torch::kLong).unsqueeze(1);               // [B, 1]
+  const torch::Tensor len = lengths.to(x.device(), torch::kLong).unsqueeze(1);   // [B, 1] (a copy to the device, no wait)
   const torch::Tensor pos = torch::arange(S, len.options()).unsqueeze(0);         // [1, S]
   const torch::Tensor valid = pos < len;                                          // [B, S]
   const torch::Tensor rev = torch::where(valid, len - 1 - pos, pos).unsqueeze(2);  // reverses each sentence (an involution)
@@ -151,6 +154,36 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward_lengths(const torch::Tensor&
   const auto params = gru->named_parameters(/*recurse=*/false);
   const torch::Tensor h0 = torch::zeros({1, B, hidden_}, x.options());
   const int64_t dirs = bidirectional_ ? 2 : 1;
+  auto weight = [&](const char* name, int64_t l, int64_t d) {
+    return params[std::string(name) + "_l" + std::to_string(l) + (d ? "_reverse" : "")];
+  };
+  if (!kernels_on(x.device())) {
+    // A GPU's path (and --kernels reference): per layer, the input gates of both directions in one batched product
+    // and both directions' recurrences in one loop (kernels/gru_recurrence.h: gru_sequences).
+    std::vector<torch::Tensor> finals;  // [B, H] per layer and direction, in h_n's order
+    torch::Tensor in = x;
+    for (int64_t l = 0; l < layers_; ++l) {
+      std::vector<torch::Tensor> x_dirs, w_ih, b_ih, w_hh, b_hh;
+      for (int64_t d = 0; d < dirs; ++d) {
+        x_dirs.push_back((d ? reverse(in) : in).reshape({B * S, in.size(2)}));
+        w_ih.push_back(weight("weight_ih", l, d).t());
+        b_ih.push_back(weight("bias_ih", l, d));
+        w_hh.push_back(weight("weight_hh", l, d));
+        b_hh.push_back(weight("bias_hh", l, d));
+      }
+      const torch::Tensor gi = torch::baddbmm(torch::stack(b_ih).unsqueeze(1), torch::stack(x_dirs), torch::stack(w_ih));  // [D, B*S, 3H]
+      const torch::Tensor y = gru_sequences(gi.view({dirs, B, S, 3 * hidden_}), h0.expand({dirs, B, hidden_}), torch::stack(w_hh),
+                                            torch::stack(b_hh));  // [D, B, S, H]
+      std::vector<torch::Tensor> outs;
+      for (int64_t d = 0; d < dirs; ++d) {
+        finals.push_back(at_last(y[d]));
+        outs.push_back(d ? reverse(y[d]) : y[d]);
+      }
+      in = outs.size() == 2 ? torch::cat(outs, 2) : outs[0];
+      if (l + 1 < layers_) in = torch::dropout(in, inner_dropout_, is_training());
+    }
+    return {in * valid.unsqueeze(2).to(in.scalar_type()), RnnState{torch::stack(finals, 0), torch::Tensor()}};
+  }
   // While decoding, each direction's products go through packed weights (no threaded BLAS product in a search).
   const bool decoding = !is_training() && !torch::GradMode::is_enabled() && PackedLinear::available();
   std::vector<torch::Tensor> finals;  // [B, H] per layer and direction, in h_n's order

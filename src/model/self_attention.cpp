@@ -87,7 +87,7 @@ SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) : dim
     ff2->push_back(torch::nn::Linear(F, D));
   }
   final_norm = register_module("final_norm", layer_norm(D));
-  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  drop = register_module("drop", Dropout(cfg.dropout));
 }
 
 SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, const torch::Tensor& mask) {
@@ -129,7 +129,7 @@ SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
     ff2->push_back(torch::nn::Linear(F, D));
   }
   final_norm = register_module("final_norm", layer_norm(D));
-  drop = register_module("drop", torch::nn::Dropout(cfg.dropout));
+  drop = register_module("drop", Dropout(cfg.dropout));
 }
 
 AttentionMemory SelfAttentionDecoderImpl::prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) {

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "model/dropout.h"
 #include "model/attention.h"
 
 namespace attnmt {
@@ -65,7 +66,7 @@ class SelfAttentionEncoderImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_;
   torch::nn::ModuleList norms1, norms2, ff1, ff2;
   torch::nn::LayerNorm final_norm{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
 };
 TORCH_MODULE(SelfAttentionEncoder);
 
@@ -94,7 +95,7 @@ class SelfAttentionDecoderImpl : public torch::nn::Module {
   std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_, cross_attn_;
   torch::nn::ModuleList norms1, norms2, norms3, ff1, ff2;
   torch::nn::LayerNorm final_norm{nullptr};
-  torch::nn::Dropout drop{nullptr};
+  Dropout drop{nullptr};
 };
 TORCH_MODULE(SelfAttentionDecoder);
 

@@ -1,5 +1,7 @@
 #include "train/snapshots.h"
 
+#include "common/host.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -39,7 +41,7 @@ void AttentionSnapshots::write(Seq2Seq& model, const RunDir& dir, int64_t step, 
     torch::NoGradGuard ng;
     model->eval();
     const Batch b = make_batch(data_.valid, rows_).to(device);
-    torch::Tensor w = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in).weights.to(torch::kCPU).to(torch::kFloat);
+    const HostTensor w = to_host(model->forward(b.src, b.src_len, b.src_mask, b.tgt_in).weights, torch::kFloat);  // [B, T, S]
     model->train();
     for (size_t k = 0; k < rows_.size(); ++k) {
       const EncodedPair& e = data_.valid[static_cast<size_t>(rows_[k])];
@@ -49,8 +51,8 @@ void AttentionSnapshots::write(Seq2Seq& model, const RunDir& dir, int64_t step, 
       for (size_t i = 0; i < m.src_tokens.size(); ++i) m.source_text += (i ? " " : "") + m.src_tokens[i];
       m.target_text = data_.valid_refs[static_cast<size_t>(rows_[k])];
       for (size_t j = 0; j < e.tgt.size(); ++j) {  // target tokens (the <eos> step left out) x real source positions
-        torch::Tensor row = w[static_cast<int64_t>(k)][static_cast<int64_t>(j)].slice(0, 0, static_cast<int64_t>(e.src.size())).contiguous();
-        m.weights.emplace_back(row.data_ptr<float>(), row.data_ptr<float>() + row.numel());
+        const int64_t at = (static_cast<int64_t>(k) * w.size(1) + static_cast<int64_t>(j)) * w.size(2);
+        m.weights.push_back(w.values<float>(at, at + static_cast<int64_t>(e.src.size())));
       }
       snap.maps.push_back(std::move(m));
     }

@@ -14,12 +14,14 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Context.h>
+#include <torch/version.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
 #include "common/errors.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "common/progress.h"
 #include "data/text.h"
 #include "common/random.h"
@@ -29,6 +31,7 @@
 #include "train/distributed.h"
 #include "train/launcher.h"
 #include "kernels/adam.h"
+#include "kernels/mode.h"
 #include "train/snapshots.h"
 #include "viz/charts.h"
 
@@ -207,7 +210,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
     for (size_t k = 0; k < idx.size(); ++k)
       hyps[static_cast<size_t>(idx[k])] = data.tok.decode(data.tgt_vocab.decode(hs[k].tokens), Side::kTarget);
   }
-  r.loss = tokens ? loss_sum.item<double>() / static_cast<double>(tokens) : 0.0;
+  r.loss = tokens ? host_scalar<double>(loss_sum) / static_cast<double>(tokens) : 0.0;
   r.ppl = std::exp(std::min(r.loss, 100.0));
   r.bleu = corpus_bleu(hyps, {data.valid_refs}).score;
   model->train();
@@ -217,7 +220,7 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
 
 double read_loss(const torch::Tensor& pending, int64_t step) {
   if (!pending.defined()) return 0;
-  const double v = pending.item<double>();
+  const double v = host_scalar<double>(pending);
   if (!std::isfinite(v))
     throw NonFiniteLoss("loss became " + std::string(std::isnan(v) ? "NaN" : "infinite") + " by step " + std::to_string(step));
   return v;
@@ -226,16 +229,20 @@ double read_loss(const torch::Tensor& pending, int64_t step) {
 namespace {
 // Scales the gradients so that their joint L2 norm is at most max_norm: g <- g * min(1, max_norm / (||g|| + 1e-6)).
 // LibTorch's clip_grad_norm_ does the same but reads the norm back to the host (a stop per step on a GPU); here the
-// factor stays a tensor on the gradients' device.
+// factor stays a tensor on the gradients' device, and the norms and the scaling are multi-tensor operations (the
+// scaling by a tensor from LibTorch 2.1 on; before it, one multiplication per gradient).
 void clip_gradient_norm(const std::vector<torch::Tensor>& params, double max_norm) {
   torch::NoGradGuard ng;
-  std::vector<torch::Tensor> norms;
+  std::vector<torch::Tensor> grads;
   for (const auto& p : params)
-    if (p.grad().defined()) norms.push_back(p.grad().norm());
-  if (norms.empty()) return;
-  const torch::Tensor coef = (max_norm / (torch::stack(norms).norm() + 1e-6)).clamp_max(1.0);
-  for (const auto& p : params)
-    if (p.grad().defined()) p.grad().mul_(coef);
+    if (p.grad().defined()) grads.push_back(p.grad());
+  if (grads.empty()) return;
+  const torch::Tensor coef = (max_norm / (torch::stack(at::_foreach_norm(grads)).norm() + 1e-6)).clamp_max(1.0);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  at::_foreach_mul_(grads, coef);
+#else
+  for (auto& g : grads) g.mul_(coef);
+#endif
 }
 }  // namespace
 
@@ -287,20 +294,24 @@ void Trainer::set_lr(double lr) {
 StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_signal) {
   TORCH_CHECK(batch_tokens > 0, "Trainer::step: batch_tokens must be positive, got ", batch_tokens);
   Distributed* dist = opt_.dist;
-  if (dist)
+  if (dist) {
     dist->zero_gradients();
-  else
-    optim_.zero_grad();
+  } else {
+    // Gradients set to none rather than zeroed (PyTorch's default since 2.0): the backward pass hands each parameter
+    // its gradient without an add, and no step spends a pass writing zeros.
+    for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
+  }
   StepResult r;
   double lv = 0;
-  // Read the loss now on a CPU (free), in a data-parallel group (the ranks agree on it below) and when a test injects
-  // a NaN; on a GPU keep it there.
-  const bool read_now = !device_.is_cuda() || dist || opt_.test_nan_at_step > 0;
+  // Read the loss now where attnmt's CPU kernels run (a read is free there), in a data-parallel group (the ranks agree
+  // on it below) and when a test injects a NaN; on a GPU, and on the CPU under --kernels reference (the GPU's path),
+  // it stays on the device until the loop logs.
+  const bool read_now = kernels_on(device_) || dist || opt_.test_nan_at_step > 0;
   if (slice) {
     torch::Tensor loss_sum = batch_loss(model_, slice->to(device_), cfg_.label_smoothing, cfg_.teacher_forcing).sum;
     (loss_sum / static_cast<double>(batch_tokens)).backward();
     if (read_now)
-      lv = loss_sum.item<double>();
+      lv = host_scalar<double>(loss_sum);
     else
       r.pending = loss_sum.detach().to(torch::kDouble);
   }
@@ -313,9 +324,10 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
     torch::Tensor c = torch::tensor({lv, sig == SIGINT ? 1.0 : 0.0, sig != 0 && sig != SIGINT ? 1.0 : 0.0,
                                      main_rank() && time_up ? 1.0 : 0.0}, torch::kDouble);
     dist->allreduce_sum_(c);
-    lv = c[0].item<double>();
-    sig = c[2].item<double>() > 0 ? SIGTERM : c[1].item<double>() > 0 ? SIGINT : 0;
-    time_up = c[3].item<double>() > 0;
+    const std::vector<double> agreed = host_vector<double>(c);
+    lv = agreed[0];
+    sig = agreed[2] > 0 ? SIGTERM : agreed[1] > 0 ? SIGINT : 0;
+    time_up = agreed[3] > 0;
   }
   if (!r.pending.defined() && !std::isfinite(lv))
     throw NonFiniteLoss("loss became " + std::string(std::isnan(lv) ? "NaN" : "infinite") + " at step " + std::to_string(st_.step + 1));
@@ -336,7 +348,8 @@ ValidationResult Trainer::validate(const RunData& data, const Config& cfg) {
   if (dist) {  // the others take rank 0's figures, so that LR schedule and early stopping agree
     torch::Tensor t = torch::tensor({v.loss, v.ppl, v.bleu}, torch::kDouble);
     dist->broadcast_({t});
-    v = {t[0].item<double>(), t[1].item<double>(), t[2].item<double>()};
+    const std::vector<double> f = host_vector<double>(t);
+    v = {f[0], f[1], f[2]};
   }
   const bool higher_better = cfg_.early_stopping.metric == "bleu";
   const double metric = higher_better ? v.bleu : v.ppl;
