@@ -296,9 +296,15 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
   Distributed* dist = opt_.dist;
   if (dist) {
     dist->zero_gradients();
+  } else if (kernels_on(device_)) {
+    // attnmt's CPU kernels: the gradients stay allocated and are zeroed in place. Set to none, every step would
+    // allocate them afresh, and the first touch of those pages costs more here than the zeroing (Bahdanau training
+    // 12-26% slower in alternating bench runs).
+    optim_.zero_grad();
   } else {
-    // Gradients set to none rather than zeroed (PyTorch's default since 2.0): the backward pass hands each parameter
-    // its gradient without an add, and no step spends a pass writing zeros.
+    // A GPU's path (and --kernels reference): set to none rather than zeroed (PyTorch's default since 2.0), so that
+    // the backward hands each parameter its gradient without an add and no step launches a pass writing zeros; the
+    // device's caching allocator reuses the memory.
     for (auto& p : model_->parameters()) p.mutable_grad() = torch::Tensor();
   }
   StepResult r;
