@@ -90,6 +90,16 @@ torch::optim::AdamParamState& adam_state(torch::optim::Adam& optim, const torch:
   return static_cast<torch::optim::AdamParamState&>(*it->second);
 }
 
+// One more step in a parameter's state, and the bias corrections 1 - beta^step of its moments.
+struct BiasCorrections {
+  double first, second;
+};
+BiasCorrections advance(torch::optim::AdamParamState& st, double beta1, double beta2) {
+  st.step(st.step() + 1);
+  const double step = static_cast<double>(st.step());
+  return {1 - std::pow(beta1, step), 1 - std::pow(beta2, step)};
+}
+
 // Adam for the tensors the kernel does not take (a GPU's, and every tensor under --kernels reference): the operations
 // of torch::optim::Adam::step in the same order, each applied to all of a group's parameters at once (ATen's
 // _foreach_ operations: a handful of launches a step, where a loop over the parameters makes eight per parameter).
@@ -103,9 +113,7 @@ void adam_step_multi_tensor(torch::optim::Adam& optim) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& st = adam_state(optim, p);
-      st.step(st.step() + 1);
-      const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
-      const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
+      const auto [bc1, bc2] = advance(st, beta1, beta2);
       params.push_back(p);
       grads.push_back(p.grad());
       exp_avg.push_back(st.exp_avg());
@@ -151,9 +159,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& st = adam_state(optim, p);
-      st.step(st.step() + 1);
-      const double bc1 = 1 - std::pow(beta1, static_cast<double>(st.step()));
-      const double bc2 = 1 - std::pow(beta2, static_cast<double>(st.step()));
+      const auto [bc1, bc2] = advance(st, beta1, beta2);
       const AdamArgs a{p.data_ptr<float>(), p.grad().data_ptr<float>(), st.exp_avg().data_ptr<float>(),
                        st.exp_avg_sq().data_ptr<float>(), static_cast<float>(beta1), static_cast<float>(1 - beta1),
                        static_cast<float>(beta2), static_cast<float>(1 - beta2), static_cast<float>(std::sqrt(bc2)),
