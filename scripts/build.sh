@@ -9,7 +9,6 @@ cd "$(dirname "$0")/.."
 PYTORCH=0
 if [ "${1:-}" = "--pytorch" ]; then PYTORCH=1; shift; fi
 JOBS=${JOBS:-$(nproc)}
-export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
 extra=()
 if [ "$PYTORCH" = 1 ]; then
   BUILD_DIR=${BUILD_DIR:-build-pytorch}

@@ -14,7 +14,8 @@
 #            against .venv-pytorch's torch or else python3's, with deps/ from scripts/vendor_deps.sh when present)
 # OUT=DIR    the phase's results (default out/gpu_check); WORK=DIR its run directories and logs (default
 #            ${TMPDIR:-/tmp}/attnmt_gpu_check)
-# TRAIN_SECONDS (60), BENCH_STEPS (10), ROUNDS (2: bench and peer alternating), PEER (the peer script: default
+# TRAIN_SECONDS (60), BENCH_STEPS (10), ROUNDS (2: bench and peer alternating), RESUME_STEPS (120: the resumed run's
+# length, stopped at half; an even number), PEER (the peer script: default
 # ../shared/peer/pyref_bench.py, else .gpu/peer/pyref_bench.py), PYTHON (a python with torch for the peer: default
 # .venv-pytorch/bin/python where it exists, else python3)
 set -euo pipefail
@@ -34,10 +35,12 @@ while [ $# -gt 0 ]; do
   esac
 done
 case "$DEVICE" in cpu | cuda | cuda:*) ;; *) echo "gpu_check: --device must be cuda, cuda:N or cpu" >&2; exit 2 ;; esac
-for v in TRAIN_SECONDS BENCH_STEPS ROUNDS; do
+for v in TRAIN_SECONDS BENCH_STEPS ROUNDS RESUME_STEPS; do
   val=${!v:-1}
   [[ "$val" =~ ^[1-9][0-9]*$ ]] || { echo "gpu_check: $v must be a positive whole number, got '$val'" >&2; exit 2; }
 done
+RESUME_STEPS=${RESUME_STEPS:-120}
+[ $((RESUME_STEPS % 2)) = 0 ] || { echo "gpu_check: RESUME_STEPS must be even, got $RESUME_STEPS" >&2; exit 2; }
 OUT=${OUT:-out/gpu_check}
 WORK=${WORK:-${TMPDIR:-/tmp}/attnmt_gpu_check}
 mkdir -p "$OUT"
@@ -83,7 +86,7 @@ cat >"$W/cfg.json" <<EOF
  "data": {"train": {"src": "$C/train.en", "tgt": "$C/train.fr"}, "valid": {"src": "$C/valid.en", "tgt": "$C/valid.fr"},
           "tokenizer": "space"},
  "model": {"embed_dim": 64, "hidden_dim": 128, "dropout": 0.2, "attention": {"type": "bahdanau"}},
- "train": {"epochs": 100, "max_steps": 120, "valid_every": 60, "batch_size": 32, "seed": 3}}
+ "train": {"epochs": 100, "max_steps": $RESUME_STEPS, "valid_every": $((RESUME_STEPS / 2)), "batch_size": 32, "seed": 3}}
 EOF
 last_loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])['valid_loss'])" "$1/metrics.jsonl"; }
 
@@ -215,7 +218,7 @@ ok "toy bahdanau: $(grep -m1 '^BLEU' "$W/eval.txt")"
 
 # 3. Stopped and resumed against uninterrupted, dropout on, on the device.
 "$BIN" --device "$DEVICE" train -c "$W/cfg.json" >"$W/whole.log" 2>&1 || fail "uninterrupted run: $(tail -n 1 "$W/whole.log")"
-"$BIN" --device "$DEVICE" train -c "$W/cfg.json" --set run_dir="$W/runs/split" --set train.max_steps=60 >"$W/split1.log" 2>&1 ||
+"$BIN" --device "$DEVICE" train -c "$W/cfg.json" --set run_dir="$W/runs/split" --set train.max_steps=$((RESUME_STEPS / 2)) >"$W/split1.log" 2>&1 ||
   fail "first half: $(tail -n 1 "$W/split1.log")"
 "$BIN" --device "$DEVICE" train -c "$W/cfg.json" --set run_dir="$W/runs/split" --resume >"$W/split2.log" 2>&1 ||
   fail "resumed half: $(tail -n 1 "$W/split2.log")"
