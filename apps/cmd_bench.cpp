@@ -22,6 +22,7 @@
 #include "common/dispatch_count.h"
 #include "common/errors.h"
 #include "common/host.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "data/batcher.h"
 #include "data/vocab.h"
@@ -499,8 +500,11 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                   {"blas", blas_info()}, {"blas_kernel", blas_kernel()}, {"blas_kernel_choice", blas_kernel_choice()}, {"peak_rss_mb", rss}, {"batch", opt->batch}, {"vocab", opt->vocab},
                                   {"src_len", S}, {"tgt_len", T}, {"steps", opt->steps}, {"rows", nlohmann::json::array()},
                                   {"device", dev.str()}, {"libtorch", build_description()}};
-              // On CUDA, whether float32 products may run as TF32 (LibTorch's default: no), which sets the roofline.
-              if (dev.is_cuda()) j["cuda_tf32"] = at::globalContext().allowTF32CuBLAS();
+              // --precision, and whether float32 products and cuDNN may run as TF32 on CUDA (common/precision.h).
+              const PrecisionState ps = precision_state();
+              j["precision"] = ps.precision;
+              j["cuda_tf32"] = ps.cuda_tf32;
+              j["cudnn_tf32"] = ps.cudnn_tf32;
               for (const auto& r : rows)
                 j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
                                      {"train_flops_per_step", r.train_flops_step}, {"train_gflops", r.train_gflops},
@@ -524,6 +528,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               std::printf("BLAS: %s\n", blas_info().c_str());
               std::printf("BLAS kernel: %s\n", blas_kernel_choice().c_str());
               std::printf("kernels: %s\n", kernel_choice().c_str());
+              std::printf("precision: %s\n", precision_state().precision.c_str());
               std::printf("CPU peak: %s\n", peak.derivation.c_str());
               std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
                           roof, rss, opt->batch, opt->vocab, static_cast<long long>(S), static_cast<long long>(T));

@@ -39,6 +39,7 @@ Command setup_train(CLI::App& parent, const GlobalOptions& g) {
   return {app, [opt, &g]() -> int {
             Config cfg = load_config(opt->config, opt->overrides);
             if (!g.device.empty()) cfg.device = g.device;
+            if (!g.precision.empty()) cfg.train.precision = g.precision;  // checked by main
             validate(cfg);
             check_data_files(cfg, true);
             DistSpec spec = dist_spec_from_env();

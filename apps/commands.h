@@ -17,6 +17,7 @@ struct GlobalOptions {
   int intra_threads = 1;           // LibTorch intra-op threads (0 = same as threads)
   std::string device;              // auto | cpu | cuda | cuda:N; empty = the config's (default auto)
   std::string kernels;             // auto | reference; empty = ATTNMT_KERNELS, else auto
+  std::string precision;           // fp32 | tf32 | bf16; empty = fp32, or for train the config's train.precision
 };
 
 // The built-in defaults, for help texts that name a config key (config_key(defaults(), &defaults().eval.beam_size)).

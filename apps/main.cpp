@@ -13,8 +13,32 @@
 #include "commands.h"
 #include "data/tokenizer.h"
 #include "common/errors.h"
+#include "common/precision.h"
 #include "common/runtime.h"
 #include "kernels/mode.h"
+
+namespace {
+// The process-wide switches of the arithmetic: the kernel switch (kernels/mode.h: the flag, else ATTNMT_KERNELS for
+// tests and scripts, else auto) and the precision (common/precision.h: the flag, else fp32; train reads its config's).
+void set_arithmetic(const attnmt::cli::GlobalOptions& g) {
+  using namespace attnmt;
+  std::string kernels = g.kernels;
+  const char* env_kernels = std::getenv("ATTNMT_KERNELS");
+  const bool from_env = kernels.empty() && env_kernels && *env_kernels;
+  if (from_env) kernels = env_kernels;
+  if (!kernels.empty()) {
+    KernelMode m;
+    if (!parse_kernel_mode(kernels, &m))
+      throw UsageError(std::string(from_env ? "ATTNMT_KERNELS" : "--kernels") + " must be auto or reference, got '" + kernels + "'");
+    set_kernel_mode(m);
+  }
+  spdlog::info("kernels: {}", kernel_choice());
+  Precision p = Precision::kFp32;  // LibTorch's own default lets cuDNN use TF32; attnmt's fp32 does not
+  if (!g.precision.empty() && !parse_precision(g.precision, &p))
+    throw UsageError("--precision must be fp32, tf32 or bf16, got '" + g.precision + "'");
+  set_precision(p);
+}
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace attnmt;
@@ -31,6 +55,9 @@ int main(int argc, char** argv) {
   app.add_option("--kernels", g.kernels,
                  "auto|reference: attnmt's CPU kernels where they apply, or plain LibTorch operations everywhere (the path "
                  "a CUDA device takes); default: ATTNMT_KERNELS, else auto");
+  app.add_option("--precision", g.precision,
+                 "fp32|tf32|bf16: float32; float32 products and cuDNN in TF32 on CUDA; or forward passes autocast to "
+                 "bfloat16 (default: fp32, for train the config's train.precision)");
 
   std::vector<cli::Command> commands = {
       cli::setup_train(app, g),     cli::setup_evaluate(app, g), cli::setup_translate(app, g),
@@ -93,18 +120,7 @@ int main(int argc, char** argv) {
     spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
     spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
                  t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
-    // The kernel switch (kernels/mode.h): the flag, else ATTNMT_KERNELS (tests and scripts), else auto.
-    std::string kernels = g.kernels;
-    const char* env_kernels = std::getenv("ATTNMT_KERNELS");
-    const bool from_env = kernels.empty() && env_kernels && *env_kernels;
-    if (from_env) kernels = env_kernels;
-    if (!kernels.empty()) {
-      KernelMode m;
-      if (!parse_kernel_mode(kernels, &m))
-        throw UsageError(std::string(from_env ? "ATTNMT_KERNELS" : "--kernels") + " must be auto or reference, got '" + kernels + "'");
-      set_kernel_mode(m);
-    }
-    spdlog::info("kernels: {}", kernel_choice());
+    set_arithmetic(g);
     for (auto& c : commands)
       if (app.got_subcommand(c.app)) return c.run();
     return kExitUsage;

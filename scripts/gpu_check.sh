@@ -193,6 +193,22 @@ print(f"ratio.train_attnmt_over_peer\t{train / ptrain:.3f}")
 print(f"ratio.greedy_attnmt_over_peer\t{greedy / pgreedy:.3f}")
 EOF
 ok "bench and peer, $(grep -E '^ratio' "$FIG" | tr '\n' ' ')"
+# The same benchmark in TF32 and in bf16 (autocast), one run each, against the fp32 rounds above.
+for p in tf32 bf16; do
+  "$BIN" --device "$DEVICE" --precision "$p" bench --attention bahdanau --json --steps "$STEPS" >"$W/bench_$p.json" 2>"$W/bench_$p.log" ||
+    fail "bench --precision $p: $(tail -n 1 "$W/bench_$p.log")"
+  python3 - "$W/bench_$p.json" "$p" >>"$FIG" <<'EOF'
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["rows"][0]
+p = sys.argv[2]
+assert j["precision"] == p, (j["precision"], p)
+print(f"bench_{p}.train_tokens_per_s\t{r['train_tokens_per_s']:.1f}")
+print(f"bench_{p}.greedy_sentences_per_s\t{r['greedy_sentences_per_s']:.2f}")
+print(f"bench_{p}.tf32\t{json.dumps({'cuda': j['cuda_tf32'], 'cudnn': j['cudnn_tf32']})}")
+EOF
+done
+ok "bench in tf32 and bf16: $(grep -E '^bench_(tf32|bf16).train' "$FIG" | tr '\n' ' ')"
 
 # 2. The toy Bahdanau model, TRAIN_SECONDS, beam-5 BLEU.
 minutes=$(python3 -c "print(${TRAIN_SECONDS:-60} / 60)")

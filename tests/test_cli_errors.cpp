@@ -308,6 +308,32 @@ TEST(BadInputCatalogue, KernelSwitch) {
   EXPECT_NE(flag.output.find("kernels: auto (CPU kernels in"), std::string::npos) << flag.output;
 }
 
+// --precision (and train.precision) takes fp32, tf32 or bf16: anything else is one line and exit 2, before anything is
+// written; the flag given to train wins over the config and is logged; a bf16 run's checkpoint translates in fp32.
+TEST(BadInputCatalogue, PrecisionSwitch) {
+  std::string w = make_work("cat_precision", false);
+  CliResult bad_flag = run_cli("--precision fp16 train -c " + w + "/good.json");
+  EXPECT_EQ(bad_flag.code, 2) << bad_flag.output;
+  auto errors = error_lines(bad_flag.output);
+  ASSERT_EQ(errors.size(), 1u) << bad_flag.output;
+  EXPECT_NE(errors[0].find("--precision must be fp32, tf32 or bf16, got 'fp16'"), std::string::npos) << errors[0];
+  EXPECT_FALSE(std::filesystem::exists(w + "/run"));
+  CliResult bad_key = run_cli("train -c " + w + "/good.json --set train.precision=half");
+  EXPECT_EQ(bad_key.code, 2) << bad_key.output;
+  errors = error_lines(bad_key.output);
+  ASSERT_EQ(errors.size(), 1u) << bad_key.output;
+  EXPECT_NE(errors[0].find("train.precision"), std::string::npos) << errors[0];
+  EXPECT_FALSE(std::filesystem::exists(w + "/run"));
+  CliResult bf16 = run_cli("--precision bf16 train -c " + w + "/good.json");
+  ASSERT_EQ(bf16.code, 0) << bf16.output;
+  EXPECT_NE(read_file(w + "/run/train.log").find("precision: bf16"), std::string::npos);
+  CliResult fp32 = run_cli("translate --run " + w + "/run -i " + w + "/test.en -o " + w + "/out.txt");
+  EXPECT_EQ(fp32.code, 0) << fp32.output;
+  CliResult tf32 = run_cli("--precision tf32 bench -c " + w + "/good.json --attention bahdanau --steps 1 --batch 4 --vocab 20 --json");
+  ASSERT_EQ(tf32.code, 0) << tf32.output;
+  EXPECT_NE(tf32.output.find("\"precision\": \"tf32\""), std::string::npos) << tf32.output;
+}
+
 // Asking for a GPU where there is none is one line that says which of the two is missing (this build's LibTorch
 // has no CUDA, or it has and no device is visible), exit 2, nothing written; "auto" says what it chose and why.
 TEST(BadInputCatalogue, DeviceWithoutAGpu) {

@@ -76,4 +76,26 @@ TEST(Cuda, TheFirstStepsLossMatchesTheCpus) {
   EXPECT_NEAR(a, b, 1e-4 * std::abs(b));
 }
 
+// TF32 and bf16 on the GPU: the first step's loss within 3% of the CPU's float32 one, and each run's log names its
+// precision and the TF32 switches (bf16's forward runs under autocast; tests/test_precision.cpp checks it on the CPU).
+TEST(Cuda, Tf32AndBf16TrainNearFloat32) {
+  SKIP_WITHOUT_CUDA();
+  const std::string cfg = config_file("precision", 0.0);
+  const std::string dir = std::filesystem::path(cfg).parent_path().string();
+  for (const std::string p : {"fp32", "tf32", "bf16"}) {
+    const std::string d = p == "fp32" ? "cpu" : "cuda";
+    ASSERT_EQ(test::run_cli("--device " + d + " --precision " + p + " train -c " + cfg + " --set run_dir=" + dir + "/" + p +
+                            " --set train.max_steps=1 --set train.valid_every=1").code,
+              0) << p;
+  }
+  const double cpu = test::read_metrics(dir + "/fp32").at(0)["train_loss"].get<double>();
+  for (const std::string p : {"tf32", "bf16"}) {
+    const auto m = test::read_metrics(dir + "/" + p);
+    ASSERT_EQ(m.size(), 1u) << p;
+    EXPECT_NEAR(m[0]["train_loss"].get<double>(), cpu, 0.03 * std::abs(cpu)) << p;
+    EXPECT_NE(test::read_file(dir + "/" + p + "/train.log").find("precision: " + p + " (float32 products in TF32 on CUDA: yes"),
+              std::string::npos) << p;
+  }
+}
+
 }  // namespace attnmt::cuda_test

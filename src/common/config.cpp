@@ -364,6 +364,9 @@ const std::vector<Key>& keys() {
                         closed(0, 1000), "keep the checkpoints of the last N validations as `ckpt-<step>.pt` (0 = none), for `attnmt average`"));
     t.push_back(integer("train.snapshot_sentences", [](Config& c) -> int& { return c.train.snapshot_sentences; },
                         closed(0, 20), "validation sentences whose attention maps are kept at every validation in `progress/` (0 = none)"));
+    t.push_back(choice("train.precision", [](Config& c) -> std::string& { return c.train.precision; }, {"fp32", "tf32", "bf16"},
+                       "`tf32`: float32 products and cuDNN in TF32 on CUDA; `bf16`: forward passes autocast to bfloat16, "
+                       "parameters, optimizer state and loss in float32 (docs/gpu.md)"));
     t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
                        {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
     t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },

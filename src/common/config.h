@@ -125,8 +125,9 @@ struct TrainConfig {
   int seed = 1;                  // seed for initialisation, shuffling and dropout
   long valid_every = 0;          // validate every this many steps, and at each epoch end (0 = epoch end only)
   long log_every = 50;           // plain log line every this many steps when not on a terminal
-  int keep_checkpoints = 0;
-  int snapshot_sentences = 2;    // validation sentences whose attention maps are kept at every validation      // keep the last N checkpoints ckpt-<step>.pt written at validations (0 = none)
+  int keep_checkpoints = 0;      // keep the last N checkpoints ckpt-<step>.pt written at validations (0 = none)
+  int snapshot_sentences = 2;    // validation sentences whose attention maps are kept at every validation
+  std::string precision = "fp32";  // fp32 | tf32 | bf16 (common/precision.h)
   EarlyStoppingConfig early_stopping;  // when to stop, which checkpoint is best
   LrScheduleConfig lr_schedule;        // learning-rate schedule
 };

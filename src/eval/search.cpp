@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "common/host.h"
+#include "common/precision.h"
 #include "data/special_tokens.h"
 #include "kernels/softmax_rows.h"
 
@@ -20,6 +21,7 @@ SearchOptions search_options(const EvalConfig& eval, int beam) {
 std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
                                       const torch::Device& device) {
   torch::NoGradGuard ng;
+  const Autocast bf16(device);  // one region for the whole search (each weight cast once), under bf16 only
   Batch batch = cpu_batch.to(device);
   const int64_t B = batch.src.size(0);
   std::vector<int64_t> limits(static_cast<size_t>(B));
@@ -37,7 +39,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   std::vector<torch::Tensor> tokens, scores, weights;
   for (int64_t t = 0; t < max_steps; ++t) {
     DecoderStepOutput s = model->decoder->step(y, state, mem);
-    const RowArgmax pick = argmax_log_softmax(model->decoder->logits(s.readout));  // [B]: log_softmax + max
+    const RowArgmax pick = argmax_log_softmax(float_if_reduced(model->decoder->logits(s.readout)));  // [B]: log_softmax + max
     // Rows past their <eos> go on with their own picks: the hypotheses are read up to each row's <eos> below, so
     // nothing on the device needs to mask them (two operations a step fewer).
     y = pick.ids;
@@ -85,6 +87,7 @@ double length_penalty(int64_t len, double alpha) {
 std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
                                                  const torch::Device& device, SearchStats* stats) {
   torch::NoGradGuard ng;
+  const Autocast bf16(device);
   TORCH_CHECK(opt.beam_size >= 1, "beam_search: beam_size must be >= 1");
   const int64_t K = opt.beam_size;
   const size_t nbest = static_cast<size_t>(std::max(1, std::min(opt.nbest, opt.beam_size)));

@@ -10,6 +10,8 @@
 // The gradients are those of the composed operations (tests/test_kernels.cpp: Kernels.DeviceRecurrence*).
 #include "kernels/gru_recurrence_device.h"
 
+#include "common/precision.h"
+
 #include <limits>
 
 namespace attnmt {
@@ -179,15 +181,21 @@ struct AdditiveGruDevice : public torch::autograd::Function<AdditiveGruDevice> {
 };
 }  // namespace
 
+// Under bf16 autocast both recurrences run in float32 with autocast off (common/precision.h): their buffers are
+// written in place in one dtype, and the state carried across steps keeps float32's precision.
 torch::Tensor gru_sequences_device(const Tensor& gi_x, const Tensor& h0, const Tensor& w_hh, const Tensor& b_hh) {
-  return GruSequencesDevice::apply(gi_x, h0, w_hh, b_hh);
+  const NoAutocast fp32(gi_x.device());
+  const auto f = float_if_reduced;
+  return GruSequencesDevice::apply(f(gi_x), f(h0), f(w_hh), f(b_hh));
 }
 
 std::vector<torch::Tensor> additive_gru_recurrence_device(const Tensor& gi_x, const Tensor& h0, const Tensor& keys,
                                                           const Tensor& values, const Tensor& mask, const Tensor& w_ctx,
                                                           const Tensor& w_hh, const Tensor& b_hh, const Tensor& w_q,
                                                           const Tensor& v, bool keep) {
-  return AdditiveGruDevice::apply(gi_x, h0, keys, values, mask, w_ctx, w_hh, b_hh, w_q, v, keep);
+  const NoAutocast fp32(gi_x.device());
+  const auto f = float_if_reduced;
+  return AdditiveGruDevice::apply(f(gi_x), f(h0), f(keys), f(values), mask, f(w_ctx), f(w_hh), f(b_hh), f(w_q), f(v), keep);
 }
 
 }  // namespace attnmt

@@ -2,6 +2,7 @@
 
 #include <atomic>
 
+#include "common/precision.h"
 #include "kernels/lanes.h"
 #include "kernels/packed_product.h"
 
@@ -24,7 +25,10 @@ bool parse_kernel_mode(const std::string& s, KernelMode* m) {
 
 const char* kernel_mode_name(KernelMode m) { return m == KernelMode::kReference ? "reference" : "auto"; }
 
-bool kernels_on(const torch::Device& device) { return kernel_mode() == KernelMode::kAuto && device.is_cpu(); }
+// Under bf16 autocast (common/precision.h) every product is LibTorch's, in bfloat16: the float32 kernels stand aside.
+bool kernels_on(const torch::Device& device) {
+  return kernel_mode() == KernelMode::kAuto && device.is_cpu() && !autocast_on(device);
+}
 
 bool kernels_for(const torch::Tensor& t) {
   return !t.defined() || (kernels_on(t.device()) && t.scalar_type() == torch::kFloat);

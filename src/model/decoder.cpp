@@ -1,5 +1,6 @@
 #include "model/decoder.h"
 
+#include "common/precision.h"
 #include "data/special_tokens.h"
 #include "kernels/gru_recurrence.h"
 #include "kernels/mode.h"
@@ -50,6 +51,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
 
 DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
   if (self_attention) return {};  // an empty prefix; the encoder reaches it through cross-attention only
+  const Autocast bf16(enc.final_h.device());
   const int64_t B = enc.final_h.size(0);
   auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
     return torch::tanh(train_linear(x, l->weight, l->bias)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
@@ -66,6 +68,7 @@ AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
   if (!attention_ && !self_attention) return {torch::Tensor(), torch::Tensor(), enc.mask, {}, {}};
   // model.attention.mask false (an experiment): every position, padding included, takes part in the softmax.
   const torch::Tensor mask = mask_padding_ ? enc.mask : torch::ones_like(enc.mask);
+  const Autocast bf16(enc.states.device());
   if (self_attention) return self_attention->prepare(enc.states, mask);
   AttentionMemory mem = attention_->prepare(enc.states, mask);
   mem.blocked = mem.mask.logical_not();  // once per batch, not at every step
@@ -74,6 +77,7 @@ AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
 
 DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
   TORCH_CHECK(y_prev.dim() == 1, "Decoder::step: y_prev must be [B], got ", y_prev.sizes());
+  const Autocast bf16(y_prev.device());
   torch::Tensor e = drop(embed(y_prev));  // [B, E]
   if (self_attention) {  // the new position attends to the cached prefix and itself
     SelfAttentionOutput sa = self_attention(e.unsqueeze(1), mem, &state.cache);
@@ -111,7 +115,10 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   return o;
 }
 
-torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) { return decoding_linear(*this, out, packed_out_, drop(readout)); }
+torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
+  const Autocast bf16(readout.device());
+  return decoding_linear(*this, out, packed_out_, drop(readout));
+}
 
 namespace {
 // [B, T, F] -> [N, F] at the flat positions rows (b * T + t); x unchanged without rows.

@@ -1,5 +1,6 @@
 #include "model/loss.h"
 
+#include "common/precision.h"
 #include "data/special_tokens.h"
 #include "kernels/softmax_rows.h"
 
@@ -50,7 +51,8 @@ torch::Tensor sequence_loss(const torch::Tensor& logits, const torch::Tensor& ta
   const bool packed = logits.dim() == 2 && target.dim() == 1 && logits.size(0) == target.size(0);
   TORCH_CHECK(padded || packed, "sequence_loss: logits [B, T, V] with target [B, T], or [N, V] with [N] expected, got ",
               logits.sizes(), " and ", target.sizes());
-  return SmoothedCrossEntropy::apply(logits.reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
+  // The loss in float32 whatever the logits' precision (bfloat16 under bf16 autocast).
+  return SmoothedCrossEntropy::apply(float_if_reduced(logits).reshape({-1, logits.size(-1)}), target.reshape(-1), label_smoothing);
 }
 
 BatchLoss teacher_forced_loss(Seq2Seq& model, const torch::Tensor& src, const torch::Tensor& src_len,

@@ -1,5 +1,7 @@
 #include "model/self_attention.h"
 
+#include "common/precision.h"
+
 #include <cmath>
 
 #include "kernels/packed_product.h"
@@ -57,6 +59,11 @@ int64_t effective_ff_dim(const ModelConfig& m, const StackConfig& s) { return s.
 
 namespace {
 torch::nn::LayerNorm layer_norm(int64_t d) { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); }
+// Layer normalisation in float32, whatever autocast made of x (as autocast itself does on CUDA; on a CPU LibTorch 1.13
+// normalises a bfloat16 x with float32 weights not at all).
+torch::Tensor normed(torch::nn::LayerNormImpl& norm, const torch::Tensor& x) {
+  return norm.forward(float_if_reduced(x));
+}
 // W2 relu(W1 x + b1) + b2
 torch::Tensor feed_forward(torch::nn::Module& w1, torch::nn::Module& w2, const torch::Tensor& x) {
   auto& l1 = dynamic_cast<torch::nn::LinearImpl&>(w1);
@@ -97,13 +104,13 @@ SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, 
   SelfAttentionOutput o;
   torch::Tensor x = stack_input(input, positions, emb, 0);  // [B, S, D]
   for (size_t l = 0; l < self_attn_.size(); ++l) {
-    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    torch::Tensor h = normed(*norms1[l]->as<torch::nn::LayerNorm>(), x);
     AttentionOutput a = self_attn_[l]->attend(h, self_attn_[l]->prepare(h, mask));  // queries, keys, values: one sequence
     o.self_weights.push_back(a.head_weights);                                      // [B, h, S, S]
     x = x + drop(a.context);
-    x = x + drop(feed_forward(*ff1[l], *ff2[l], norms2[l]->as<torch::nn::LayerNorm>()->forward(x)));
+    x = x + drop(feed_forward(*ff1[l], *ff2[l], normed(*norms2[l]->as<torch::nn::LayerNorm>(), x)));
   }
-  o.states = final_norm(x);
+  o.states = normed(*final_norm, x);
   return o;
 }
 
@@ -156,7 +163,7 @@ SelfAttentionOutput SelfAttentionDecoderImpl::forward(const torch::Tensor& emb, 
   SelfAttentionOutput o;
   torch::Tensor x = stack_input(input, positions, emb, first);  // [B, T, D]
   for (size_t l = 0; l < self_attn_.size(); ++l) {
-    torch::Tensor h = norms1[l]->as<torch::nn::LayerNorm>()->forward(x);
+    torch::Tensor h = normed(*norms1[l]->as<torch::nn::LayerNorm>(), x);
     AttentionMemory self = self_attn_[l]->prepare(h, torch::ones({B, T}, self_mask.options()));  // K, V of the new positions
     if (cache) {
       if (cache->keys.size() > l) {
@@ -174,16 +181,16 @@ SelfAttentionOutput SelfAttentionDecoderImpl::forward(const torch::Tensor& emb, 
     AttentionOutput a = self_attn_[l]->attend(h, self);
     o.self_weights.push_back(a.head_weights);  // [B, h, T, first + T]
     x = x + drop(a.context);
-    AttentionOutput c = cross_attn_[l]->attend(norms2[l]->as<torch::nn::LayerNorm>()->forward(x), mem.layers[l]);
+    AttentionOutput c = cross_attn_[l]->attend(normed(*norms2[l]->as<torch::nn::LayerNorm>(), x), mem.layers[l]);
     x = x + drop(c.context);
-    x = x + drop(feed_forward(*ff1[l], *ff2[l], norms3[l]->as<torch::nn::LayerNorm>()->forward(x)));
+    x = x + drop(feed_forward(*ff1[l], *ff2[l], normed(*norms3[l]->as<torch::nn::LayerNorm>(), x)));
     if (l + 1 == self_attn_.size()) {
       o.cross_weights = c.weights;
       o.cross_head_weights = c.head_weights;
     }
   }
   if (cache) cache->length += T;
-  o.states = final_norm(x);
+  o.states = normed(*final_norm, x);
   return o;
 }
 

@@ -1,5 +1,7 @@
 #include "model/seq2seq.h"
 
+#include "common/precision.h"
+
 namespace attnmt {
 
 Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_vocab)
@@ -9,6 +11,7 @@ Seq2SeqImpl::Seq2SeqImpl(const ModelConfig& cfg, int64_t src_vocab, int64_t tgt_
 }
 
 EncoderOutput Seq2SeqImpl::encode(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask) {
+  const Autocast bf16(src.device());  // under train.precision / --precision bf16; nothing otherwise
   return encoder->forward(src, src_len, src_mask);
 }
 
@@ -16,6 +19,7 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
                                   bool stepwise, const torch::Tensor& tgt_mask, const torch::Tensor& tgt_rows) {
   TORCH_CHECK(tgt_in.size(0) == enc.states.size(0), "Seq2Seq: target batch ", tgt_in.size(0), " vs source ",
               enc.states.size(0));
+  const Autocast bf16(tgt_in.device());
   DecoderState state = decoder->init_state(enc);
   AttentionMemory mem = decoder->prepare(enc);
   torch::Tensor rows;  // flat positions of the real target tokens, when a mask says which
@@ -33,6 +37,7 @@ Seq2SeqOutput Seq2SeqImpl::decode(const EncoderOutput& enc, const torch::Tensor&
 Seq2SeqOutput Seq2SeqImpl::forward(const torch::Tensor& src, const torch::Tensor& src_len, const torch::Tensor& src_mask,
                                    const torch::Tensor& tgt_in, double teacher_forcing, bool stepwise,
                                    const torch::Tensor& tgt_mask, const torch::Tensor& tgt_rows) {
+  const Autocast bf16(src.device());  // one region: each weight cast to bfloat16 once
   return decode(encode(src, src_len, src_mask), tgt_in, teacher_forcing, stepwise, tgt_mask, tgt_rows);
 }
 

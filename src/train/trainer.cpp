@@ -22,6 +22,7 @@
 #include "common/errors.h"
 #include "common/fs.h"
 #include "common/host.h"
+#include "common/precision.h"
 #include "common/progress.h"
 #include "data/text.h"
 #include "common/random.h"
@@ -452,6 +453,12 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   Seq2Seq model(cfg.model, data.src_vocab.size(), data.tgt_vocab.size());
   model->to(device);
   spdlog::info("model: {}; {} parameters, device {}", describe_model(cfg.model), model->parameter_count(), device.str());
+  Precision precision = Precision::kFp32;
+  if (!parse_precision(cfg.train.precision, &precision)) throw UsageError("train.precision: '" + cfg.train.precision + "'");
+  const ScopedPrecision precision_scope(precision);  // for this training only: the TF32 switches, bf16 autocast
+  const PrecisionState ps = precision_state();
+  spdlog::info("precision: {} (float32 products in TF32 on CUDA: {}; cuDNN: {})", ps.precision, ps.cuda_tf32 ? "yes" : "no",
+               ps.cudnn_tf32 ? "yes" : "no");
   Trainer trainer(model, cfg.train, device, opt, opt.resume ? dir.last() : "");
   TrainerState& st = trainer.state();
   if (dist)
