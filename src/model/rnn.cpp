@@ -1,5 +1,6 @@
 #include "model/rnn.h"
 
+#include "common/precision.h"
 #include "kernels/gru_recurrence.h"
 #include "kernels/mode.h"
 
@@ -53,11 +54,17 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, cons
     torch::Tensor y = gru_layer(x, h0, param("weight_ih_l0"), param("weight_hh_l0"), param("bias_ih_l0"), param("bias_hh_l0"));
     return {y, RnnState{y.select(1, y.size(1) - 1).unsqueeze(0), torch::Tensor()}};
   }
+  // LibTorch's recurrences in float32 with autocast off, as attnmt's one-node ones (common/precision.h): the state
+  // keeps float32's precision, and oneDNN has no bfloat16 RNN on CPUs without AVX-512.
+  const NoAutocast fp32(x.device());
+  const torch::Tensor xf = float_if_reduced(x);
   if (lstm) {
-    auto [y, hc] = state.h.defined() ? lstm->forward(x, std::make_tuple(state.h, state.c)) : lstm->forward(x);
+    auto [y, hc] = state.h.defined()
+                       ? lstm->forward(xf, std::make_tuple(float_if_reduced(state.h), float_if_reduced(state.c)))
+                       : lstm->forward(xf);
     return {y, RnnState{std::get<0>(hc), std::get<1>(hc)}};
   }
-  auto [y, h] = state.h.defined() ? gru->forward(x, state.h) : gru->forward(x);
+  auto [y, h] = state.h.defined() ? gru->forward(xf, float_if_reduced(state.h)) : gru->forward(xf);
   return {y, RnnState{h, torch::Tensor()}};
 }
 
@@ -102,7 +109,8 @@ std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const R
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& lengths) {
   namespace rnnu = torch::nn::utils::rnn;
-  auto packed = rnnu::pack_padded_sequence(x, lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);
+  const NoAutocast fp32(x.device());  // as in forward
+  auto packed = rnnu::pack_padded_sequence(float_if_reduced(x), lengths.to(torch::kCPU), /*batch_first=*/true, /*enforce_sorted=*/false);
   const int64_t total = x.size(1);
   if (lstm) {
     auto [y, hc] = lstm->forward_with_packed_input(packed);
