@@ -15,7 +15,8 @@
 # OUT=DIR    the phase's results (default out/gpu_check); WORK=DIR its run directories and logs (default
 #            ${TMPDIR:-/tmp}/attnmt_gpu_check)
 # TRAIN_SECONDS (60), BENCH_STEPS (10), ROUNDS (2: bench and peer alternating), RESUME_STEPS (120: the resumed run's
-# length, stopped at half; an even number), PEER (the peer script: default
+# length, stopped at half; an even number), BENCH_SIZE (BATCH,VOCAB: a smaller benchmark model for attnmt and the peer
+# alike, as CI's rehearsal on a CPU uses; default the benchmark model's), PEER (the peer script: default
 # ../shared/peer/pyref_bench.py, else .gpu/peer/pyref_bench.py), PYTHON (a python with torch for the peer: default
 # .venv-pytorch/bin/python where it exists, else python3)
 set -euo pipefail
@@ -41,6 +42,12 @@ for v in TRAIN_SECONDS BENCH_STEPS ROUNDS RESUME_STEPS; do
 done
 RESUME_STEPS=${RESUME_STEPS:-120}
 [ $((RESUME_STEPS % 2)) = 0 ] || { echo "gpu_check: RESUME_STEPS must be even, got $RESUME_STEPS" >&2; exit 2; }
+size_args=()
+if [ -n "${BENCH_SIZE:-}" ]; then
+  [[ "$BENCH_SIZE" =~ ^([1-9][0-9]*),([1-9][0-9]*)$ ]] ||
+    { echo "gpu_check: BENCH_SIZE must be BATCH,VOCAB, got '$BENCH_SIZE'" >&2; exit 2; }
+  size_args=(--batch "${BASH_REMATCH[1]}" --vocab "${BASH_REMATCH[2]}")
+fi
 OUT=${OUT:-out/gpu_check}
 WORK=${WORK:-${TMPDIR:-/tmp}/attnmt_gpu_check}
 mkdir -p "$OUT"
@@ -162,9 +169,9 @@ fi
 # 1. The benchmark model, attnmt and the peer alternating on the same device.
 STEPS=${BENCH_STEPS:-10}
 for round in $(seq 1 "${ROUNDS:-2}"); do
-  "$BIN" --device "$DEVICE" bench --attention bahdanau --json --steps "$STEPS" >"$W/bench_$round.json" 2>"$W/bench_$round.log" ||
+  "$BIN" --device "$DEVICE" bench --attention bahdanau --json --steps "$STEPS" "${size_args[@]}" >"$W/bench_$round.json" 2>"$W/bench_$round.log" ||
     fail "bench: $(tail -n 1 "$W/bench_$round.log")"
-  "$PYTHON" "$PEER" --attention bahdanau --device "${DEVICE%%:*}" --steps "$STEPS" --count-ops --json >"$W/peer_$round.json" 2>"$W/peer_$round.log" ||
+  "$PYTHON" "$PEER" --attention bahdanau --device "${DEVICE%%:*}" --steps "$STEPS" "${size_args[@]}" --count-ops --json >"$W/peer_$round.json" 2>"$W/peer_$round.log" ||
     fail "peer: $(tail -n 1 "$W/peer_$round.log")"
 done
 python3 - "$W" "${ROUNDS:-2}" "$OUT" >>"$FIG" <<'EOF'
@@ -195,7 +202,7 @@ EOF
 ok "bench and peer, $(grep -E '^ratio' "$FIG" | tr '\n' ' ')"
 # The same benchmark in TF32 and in bf16 (autocast), one run each, against the fp32 rounds above.
 for p in tf32 bf16; do
-  "$BIN" --device "$DEVICE" --precision "$p" bench --attention bahdanau --json --steps "$STEPS" >"$W/bench_$p.json" 2>"$W/bench_$p.log" ||
+  "$BIN" --device "$DEVICE" --precision "$p" bench --attention bahdanau --json --steps "$STEPS" "${size_args[@]}" >"$W/bench_$p.json" 2>"$W/bench_$p.log" ||
     fail "bench --precision $p: $(tail -n 1 "$W/bench_$p.log")"
   python3 - "$W/bench_$p.json" "$p" >>"$FIG" <<'EOF'
 import json, sys
