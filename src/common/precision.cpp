@@ -66,6 +66,7 @@ Precision precision() { return static_cast<Precision>(g_precision.load()); }
 Autocast::Autocast(const torch::Device& device, Switch s) : type_(device.type()) {
   if (s == kLeave || !autocast_type(type_)) return;
   was_enabled_ = enabled(type_);
+  if (s == kOff && !was_enabled_) return;  // already off (every fp32 call of an RNN): nothing to change or restore
   was_dtype_ = dtype(type_);
   const bool enable = s == kOn;
   if (enable) {
