@@ -164,6 +164,7 @@ struct BenchRow {
   // training step (and per target position of it), per greedy and per beam decoder step.
   DispatchCount train_step_count;
   std::map<std::string, int64_t> train_step_ops;  // by name, with --op-names
+  std::map<std::string, double> greedy_step_ops;  // by name per greedy step, with --op-names
   double ops_per_target_position = 0, ops_per_greedy_step = 0, ops_per_beam_step = 0;
   double reads_per_greedy_step = 0, reads_per_beam_step = 0;
 };
@@ -234,7 +235,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--vocab", opt->vocab, "Source/target vocabulary size")->capture_default_str()->check(CLI::Range(8, 1000000));
   app->add_flag("--input-feeding", opt->input_feeding, "Benchmark luong/scaled_dot with input feeding");
   app->add_flag("--json", opt->json, "Print JSON");
-  app->add_flag("--op-names", opt->op_names, "With --json: the operations one training step dispatches, by name");
+  app->add_flag("--op-names", opt->op_names, "With --json: the operations one training step and one greedy step dispatch, by name");
   app->add_option("--nproc", opt->nproc, "Measure data-parallel training in N local processes (training only)")
       ->capture_default_str()
       ->check(CLI::Range(1, 256));
@@ -442,6 +443,21 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                   });
                   r.ops_per_greedy_step = greedy.ops;
                   r.reads_per_greedy_step = greedy.reads;
+                  if (opt->op_names) {  // the same difference of two searches, by operation
+                    auto names = [&](bool longer) {
+                      DispatchCounter by_name(/*by_name=*/true);
+                      g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;
+                      greedy_search(model, src_only, g, dev);
+                      return by_name.by_name();
+                    };
+                    const auto longer = names(true), shorter = names(false);
+                    const double n = static_cast<double>(r.greedy_steps - 10);
+                    for (const auto& [op, count] : longer) {
+                      const auto it = shorter.find(op);
+                      const double d = static_cast<double>(count - (it == shorter.end() ? 0 : it->second)) / n;
+                      if (n > 0 && d != 0) r.greedy_step_ops[op] = d;
+                    }
+                  }
                   SearchOptions b = bs;
                   const PerStep beam = per_decoder_step([&](bool longer) {
                     b.max_len_ratio = longer ? 1.0 : 0.0;  // len + 10 or 10 steps at most
@@ -520,6 +536,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                                                          {"per_greedy_step", r.ops_per_greedy_step},
                                                          {"per_beam_step", r.ops_per_beam_step}}},
                                      {"training_step_ops_by_name", r.train_step_ops},
+                                     {"greedy_step_ops_by_name", r.greedy_step_ops},
                                      {"host_reads", {{"per_training_step", r.train_step_count.host_reads},
                                                      {"per_greedy_step", r.reads_per_greedy_step},
                                                      {"per_beam_step", r.reads_per_beam_step}}}});

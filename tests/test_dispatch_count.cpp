@@ -131,8 +131,7 @@ struct CountedModel {
   double train_ops_per_position = 0, greedy_ops_per_step = 0;
   int64_t train_reads = 0, greedy_reads = 0;
 };
-CountedModel count_bahdanau_under_reference() {
-  const ScopedKernelMode mode(KernelMode::kReference);
+ModelConfig bahdanau_model() {
   ModelConfig m;
   m.rnn = RnnCell::kGru;
   m.embed_dim = 16;
@@ -140,6 +139,10 @@ CountedModel count_bahdanau_under_reference() {
   m.bidirectional = true;
   m.dropout = 0.1;
   m.attention.type = AttentionType::kBahdanau;
+  return m;
+}
+CountedModel count_under_reference(const ModelConfig& m) {
+  const ScopedKernelMode mode(KernelMode::kReference);
   torch::manual_seed(4);
   Seq2Seq model(m, 60, 60);
   TrainConfig tc;
@@ -186,7 +189,7 @@ CountedModel count_bahdanau_under_reference() {
 }  // namespace
 
 TEST(DispatchCount, TheDevicePathOfABahdanauModelDispatchesLittleAndReadsNothingInItsSteps) {
-  const CountedModel c = count_bahdanau_under_reference();
+  const CountedModel c = count_under_reference(bahdanau_model());
   std::printf("reference path: %.1f operations per target position a training step, %.1f per greedy step\n",
               c.train_ops_per_position, c.greedy_ops_per_step);
   EXPECT_EQ(c.train_reads, 0);
@@ -195,6 +198,28 @@ TEST(DispatchCount, TheDevicePathOfABahdanauModelDispatchesLittleAndReadsNothing
   EXPECT_GE(c.train_ops_per_position, 20.0);  // the recurrences' own operations: a count of nothing would be wrong too
   EXPECT_LE(c.greedy_ops_per_step, 18.0);
   EXPECT_GE(c.greedy_ops_per_step, 8.0);
+}
+
+// The self-attention encoder-decoder's device path: a decoder step writes its keys and values into the cache in place,
+// takes its positions from a table made once, builds no mask for itself (one new position sees the whole prefix) and,
+// under a LibTorch with the fused attention (2.1+), runs each attention as that one operation. Two layers a side.
+TEST(DispatchCount, TheDevicePathOfASelfAttentionModelDispatchesLittleAndReadsNothingInItsSteps) {
+  ModelConfig m = bahdanau_model();
+  m.encoder.type = m.decoder.type = LayerType::kSelfAttention;
+  m.encoder.heads = m.decoder.heads = m.attention.heads = 2;
+  m.attention.type = AttentionType::kScaledDot;
+  m.encoder_layers = m.decoder_layers = 2;
+  m.embed_dim = 32;
+  const CountedModel c = count_under_reference(m);
+  std::printf("reference path: %.1f operations per target position a training step, %.1f per greedy step (%s)\n",
+              c.train_ops_per_position, c.greedy_ops_per_step, fused_attention_available() ? "fused attention" : "explicit attention");
+  EXPECT_EQ(c.train_reads, 0);
+  EXPECT_EQ(c.greedy_reads, 0);
+  // A decoder layer's step: 3 layer norms, 6 projections, 2 cache writes, 2 attentions, 2 feed-forward products and
+  // their relu, 3 residual additions (18) plus each attention's own operations: 1 fused, 4-5 explicit.
+  const double per_layer = fused_attention_available() ? 20.0 : 28.0;
+  EXPECT_LE(c.greedy_ops_per_step, 2 * per_layer + 6.0);
+  EXPECT_GE(c.greedy_ops_per_step, 2 * 18.0);
 }
 
 }  // namespace attnmt::dispatch_test_models

@@ -9,6 +9,7 @@
 #include "data/vocab.h"
 #include "eval/evaluator.h"
 #include "eval/search.h"
+#include "kernels/mode.h"
 #include "model/checkpoint.h"
 #include "model/flops.h"
 #include "model/seq2seq.h"
@@ -122,38 +123,107 @@ TEST(SelfAttention, PositionFreeEncoderIsPermutationEquivariant) {
 }
 
 // Incremental decoding (each layer's keys and values of the prefix kept) equals recomputing the whole prefix at
-// every step, also after the beams are reordered (the cache's rows selected as beam search does).
+// every step, also after the beams are reordered (the cache's rows selected as beam search does): with the cache's
+// first buffers large enough and with buffers that must grow twice on the way, on the CPU kernels' path and on the
+// device path without maps (the fused attention where LibTorch has it).
 TEST(SelfAttention, IncrementalDecodingEqualsFullRecomputation) {
   const Sentences s = sentences();
-  for (Positions p : {Positions::kSinusoidal, Positions::kLearned}) {
-    ModelConfig m = tiny_sa(LayerType::kRnn, LayerType::kSelfAttention);  // an RNN encoder with a self-attention decoder
-    m.decoder.positions = p;
-    torch::manual_seed(0);
-    Seq2Seq model(m, 20, 20);
-    model->eval();
-    torch::NoGradGuard ng;
-    EncoderOutput enc = model->encode(s.src, s.len, s.mask);
-    AttentionMemory mem = model->decoder->prepare(enc);
-    DecoderState state = model->decoder->init_state(enc);
-    const torch::Tensor reorder = torch::tensor({2L, 0L, 0L});
-    torch::Tensor prefix = s.tgt_in;  // rows follow the reordering below
-    const int64_t T = prefix.size(1);
-    for (int64_t t = 0; t < T; ++t) {
-      if (t == 3) {  // beams reordered halfway: rows 2, 0, 0
-        state = state.index_select(reorder);
-        mem = mem.index_select(reorder);
-        prefix = prefix.index_select(0, reorder);
-        enc.states = enc.states.index_select(0, reorder);
-        enc.mask = enc.mask.index_select(0, reorder);
+  for (KernelMode mode : {KernelMode::kAuto, KernelMode::kReference})
+    for (int64_t reserved : {int64_t{0}, int64_t{2}})
+      for (Positions p : {Positions::kSinusoidal, Positions::kLearned}) {
+        const ScopedKernelMode km(mode);
+        const ScopedAttentionMaps maps(mode == KernelMode::kAuto);
+        const std::string what = std::string(kernel_mode_name(mode)) + " reserved " + std::to_string(reserved) + " positions " + to_string(p);
+        ModelConfig m = tiny_sa(LayerType::kRnn, LayerType::kSelfAttention);  // an RNN encoder with a self-attention decoder
+        m.decoder.positions = p;
+        torch::manual_seed(0);
+        Seq2Seq model(m, 20, 20);
+        model->eval();
+        torch::NoGradGuard ng;
+        EncoderOutput enc = model->encode(s.src, s.len, s.mask);
+        AttentionMemory mem = model->decoder->prepare(enc);
+        DecoderState state = model->decoder->init_state(enc);
+        state.cache.reserved = reserved;
+        const torch::Tensor reorder = torch::tensor({2L, 0L, 0L});
+        torch::Tensor prefix = s.tgt_in;  // rows follow the reordering below
+        const int64_t T = prefix.size(1);
+        for (int64_t t = 0; t < T; ++t) {
+          if (t == 3) {  // beams reordered halfway: rows 2, 0, 0
+            state = state.index_select(reorder);
+            mem = mem.index_select(reorder);
+            prefix = prefix.index_select(0, reorder);
+            enc.states = enc.states.index_select(0, reorder);
+            enc.mask = enc.mask.index_select(0, reorder);
+          }
+          const torch::Tensor step = model->decoder->logits(model->decoder->step(prefix.select(1, t), state, mem).readout);
+          const torch::Tensor full = model->decode(enc, prefix.slice(1, 0, t + 1)).logits.select(1, t);
+          ASSERT_EQ(step.sizes(), full.sizes());
+          EXPECT_LT((step - full).abs().max().item<double>(), 1e-5) << "step " << t << ", " << what;
+        }
+        EXPECT_EQ(state.cache.length, T);
+        ASSERT_EQ(state.cache.keys.size(), 2u);
+        // Buffers: 16 positions when nothing was reserved; 2, then 4, then 8 when 2 were.
+        EXPECT_EQ(state.cache.keys[1].size(2), reserved == 0 ? 16 : 8) << what;
+        EXPECT_EQ(state.cache.values[1].size(2), state.cache.keys[1].size(2)) << what;
       }
-      const torch::Tensor step = model->decoder->logits(model->decoder->step(prefix.select(1, t), state, mem).readout);
-      const torch::Tensor full = model->decode(enc, prefix.slice(1, 0, t + 1)).logits.select(1, t);
-      ASSERT_EQ(step.sizes(), full.sizes());
-      EXPECT_LT((step - full).abs().max().item<double>(), 1e-5) << "step " << t << " positions " << to_string(p);
+}
+
+// The fused attention (at::scaled_dot_product_attention, where nobody reads the weights on the device path) computes
+// what the explicit one computes, forward and backward, for scaled dot-product (with and without the scale) and Luong's
+// dot and general scores, with padding masked; it leaves the weights undefined, which says it ran. On the CPU kernels'
+// path the explicit one stays.
+TEST(SelfAttention, FusedAttentionEqualsTheExplicitOne) {
+  if (!fused_attention_available()) GTEST_SKIP() << "LibTorch " << TORCH_VERSION << " has no at::scaled_dot_product_attention (2.1+)";
+  const Sentences s = sentences(1);  // lengths 5, 3, 4 in 6 columns: every row has padding
+  torch::manual_seed(5);
+  const torch::Tensor enc0 = torch::randn({3, 6, 12}), query0 = torch::randn({3, 4, 12}), g = torch::randn({3, 4, 12});
+  struct Case {
+    std::string name;
+    std::shared_ptr<AttentionImpl> attention;
+  };
+  torch::manual_seed(6);
+  const std::vector<Case> cases = {{"scaled_dot, 3 heads", std::make_shared<MultiHeadAttention>(12, 12, 12, 3)},
+                                   {"scaled_dot unscaled", std::make_shared<MultiHeadAttention>(12, 12, 12, 3, false)},
+                                   {"luong dot", std::make_shared<MultiplicativeAttention>(12, 12, false)},
+                                   {"luong general", std::make_shared<MultiplicativeAttention>(12, 12, true)}};
+  for (const Case& c : cases) {
+    struct Run {
+      AttentionOutput out;
+      std::vector<torch::Tensor> grads;  // query, encoder states, then the parameters
+    };
+    auto run = [&](KernelMode mode, bool maps) {
+      const ScopedKernelMode km(mode);
+      const ScopedAttentionMaps wanted(maps);
+      torch::Tensor enc = enc0.clone().requires_grad_(true), query = query0.clone().requires_grad_(true);
+      c.attention->zero_grad();
+      Run r;
+      r.out = c.attention->attend(query, c.attention->prepare(enc, s.mask));
+      (r.out.context * g).sum().backward();
+      r.grads = {query.grad(), enc.grad()};
+      for (const auto& p : c.attention->parameters()) r.grads.push_back(p.grad().clone());
+      return r;
+    };
+    const Run explicit_one = run(KernelMode::kReference, true), fused = run(KernelMode::kReference, false);
+    EXPECT_TRUE(explicit_one.out.weights.defined()) << c.name;
+    EXPECT_FALSE(fused.out.weights.defined()) << c.name << ": the fused operation did not run";
+    EXPECT_TRUE(run(KernelMode::kAuto, false).out.weights.defined() || c.name.rfind("scaled_dot", 0) == 0)
+        << c.name << ": the CPU kernels' path keeps the explicit attention";
+    ASSERT_EQ(fused.out.context.sizes(), explicit_one.out.context.sizes()) << c.name;
+    EXPECT_LT((fused.out.context - explicit_one.out.context).abs().max().item<double>(), 1e-5) << c.name;
+    ASSERT_EQ(fused.grads.size(), explicit_one.grads.size()) << c.name;
+    for (size_t i = 0; i < fused.grads.size(); ++i) {
+      ASSERT_TRUE(fused.grads[i].defined() && explicit_one.grads[i].defined()) << c.name << " gradient " << i;
+      EXPECT_LT((fused.grads[i] - explicit_one.grads[i]).abs().max().item<double>(), 1e-5) << c.name << " gradient " << i;
     }
-    EXPECT_EQ(state.cache.length, T);
-    ASSERT_EQ(state.cache.keys.size(), 2u);
-    EXPECT_EQ(state.cache.keys[0].size(2), T);
+    // Padding takes no part: changing the padded encoder states changes nothing.
+    torch::Tensor enc2 = enc0.clone();
+    enc2.masked_fill_(s.mask.logical_not().unsqueeze(2), 7.0);
+    const ScopedKernelMode km(KernelMode::kReference);
+    const ScopedAttentionMaps wanted(false);
+    torch::NoGradGuard ng;
+    const torch::Tensor a = c.attention->attend(query0, c.attention->prepare(enc0, s.mask)).context;
+    const torch::Tensor b = c.attention->attend(query0, c.attention->prepare(enc2, s.mask)).context;
+    EXPECT_LT((a - b).abs().max().item<double>(), 1e-6) << c.name;
   }
 }
 

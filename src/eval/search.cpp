@@ -22,6 +22,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
                                       const torch::Device& device) {
   torch::NoGradGuard ng;
   const Autocast bf16(device);  // one region for the whole search (each weight cast once), under bf16 only
+  const ScopedAttentionMaps maps(opt.keep_weights);
   Batch batch = cpu_batch.to(device);
   const int64_t B = batch.src.size(0);
   std::vector<int64_t> limits(static_cast<size_t>(B));
@@ -33,6 +34,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   }
   EncoderOutput enc = model->encode(batch.src, batch.src_len, batch.src_mask);
   DecoderState state = model->decoder->init_state(enc);
+  state.cache.reserved = max_steps;  // a self-attention decoder's key/value buffers: every step fits
   AttentionMemory mem = model->decoder->prepare(enc);
   torch::Tensor y = torch::full({B}, kBosId, torch::TensorOptions().dtype(torch::kLong).device(device));
   torch::Tensor finished = torch::zeros({B}, torch::TensorOptions().dtype(torch::kBool).device(device));
@@ -88,6 +90,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
                                                  const torch::Device& device, SearchStats* stats) {
   torch::NoGradGuard ng;
   const Autocast bf16(device);
+  const ScopedAttentionMaps maps(opt.keep_weights);
   TORCH_CHECK(opt.beam_size >= 1, "beam_search: beam_size must be >= 1");
   const int64_t K = opt.beam_size;
   const size_t nbest = static_cast<size_t>(std::max(1, std::min(opt.nbest, opt.beam_size)));
@@ -106,6 +109,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   torch::Tensor expand = torch::arange(B, long_opts).repeat_interleave(K);  // [B*K]
   AttentionMemory mem = model->decoder->prepare(enc).index_select(expand);
   DecoderState state = model->decoder->init_state(enc).index_select(expand);
+  state.cache.reserved = max_steps;  // a self-attention decoder's key/value buffers: every step fits
 
   // Sentences still searching, in the order of their rows: position p holds rows p*K .. p*K+K-1. A finished
   // sentence leaves the batch, so that its rows are not computed again while the others go on.

@@ -223,6 +223,14 @@ void PackedLinear::refresh(const torch::Tensor& weight, const torch::Tensor& bia
   bias_version_ = bias_version;
 }
 
+namespace {
+// x W^T + b as ATen's one operation (on a GPU one product with the bias added in it, for any leading axes), where the
+// C++ frontend's functional linear dispatches a product and then an addition for inputs of more than two axes.
+torch::Tensor aten_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
+  return at::linear(x, weight, bias.defined() ? c10::optional<torch::Tensor>(bias) : c10::nullopt);
+}
+}  // namespace
+
 torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                                        int threads) {
   TORCH_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1), "PackedLinear: x ", x.sizes(),
@@ -231,7 +239,7 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
               bias.sizes(), " does not fit weight ", weight.sizes());
   const bool kernel = available() && kernels_for(x) && kernels_for(weight) && kernels_for(bias) &&
                       !(torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad()));
-  if (!kernel) return torch::nn::functional::linear(x, weight, bias);
+  if (!kernel) return aten_linear(x, weight, bias);
 #ifdef ATTNMT_X86_LANES
   refresh(weight, bias);
   const int64_t K = weight.size(1), V = weight.size(0);
@@ -256,7 +264,7 @@ torch::Tensor PackedLinear::operator()(const torch::Tensor& x, const torch::Tens
   run_shares(n, [&a, n, P](int64_t t) { packed_panels_avx512(a, P * t / n, P * (t + 1) / n); });
   return y.view(out_shape);
 #else
-  return torch::nn::functional::linear(x, weight, bias);
+  return aten_linear(x, weight, bias);
 #endif
 }
 
@@ -376,7 +384,7 @@ std::string product_kernel_choice() {
 torch::Tensor train_linear(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias) {
   if (!packed_products() || !float_cpu(x) || !float_cpu(weight) || !float_cpu(bias) || weight.dim() != 2 || x.dim() < 1 ||
       x.size(-1) != weight.size(1))
-    return torch::nn::functional::linear(x, weight, bias);
+    return aten_linear(x, weight, bias);
   return PackedLinearFunction::apply(x, weight, bias.defined() ? bias : torch::empty({0}, weight.options()), bias.defined());
 }
 

@@ -6,6 +6,7 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <cmath>
+#include <torch/version.h>
 
 namespace attnmt {
 
@@ -20,6 +21,40 @@ AttentionMemory AttentionMemory::index_select(const torch::Tensor& rows) const {
 }
 
 namespace {
+thread_local bool maps_wanted = true;
+}  // namespace
+
+bool attention_maps_wanted() { return maps_wanted; }
+ScopedAttentionMaps::ScopedAttentionMaps(bool wanted) : saved_(maps_wanted) { maps_wanted = wanted; }
+ScopedAttentionMaps::~ScopedAttentionMaps() { maps_wanted = saved_; }
+
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+bool fused_attention_available() { return true; }
+#else
+bool fused_attention_available() { return false; }
+#endif
+
+bool AttentionImpl::fused_for(const torch::Tensor& query) const {
+  return !maps_wanted && score_sink_ == nullptr && override_ == WeightOverride::kNone && fused_attention_available() &&
+         !kernels_on(query.device());
+}
+
+namespace {
+// softmax(q k^T * factor) v as LibTorch's one operation; mask [B, S] or [B, T, S] (true: takes part), broadcast over the
+// other axes of q, or undefined.
+torch::Tensor fused_context(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& mask,
+                            double factor) {
+  torch::Tensor m = mask;
+  if (m.defined())
+    while (m.dim() < q.dim()) m = m.unsqueeze(1);
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
+  return at::scaled_dot_product_attention(q, k, v, m.defined() ? c10::optional<torch::Tensor>(m) : c10::nullopt, 0.0, false, factor);
+#else
+  (void)k, (void)v, (void)factor;
+  TORCH_CHECK(false, "fused attention needs LibTorch 2.1 or later (fused_attention_available)");
+#endif
+}
+
 // Softmax over the last axis with the blocked positions ([B, S], broadcast over the query and head axes) at exactly 0.
 torch::Tensor blocked_softmax(const torch::Tensor& scores, const torch::Tensor& blocked) {
   torch::Tensor m = blocked;
@@ -31,7 +66,8 @@ torch::Tensor blocked_softmax(const torch::Tensor& scores, const torch::Tensor& 
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask) { return blocked_softmax(scores, mask.logical_not()); }
 
 torch::Tensor masked_softmax(const torch::Tensor& scores, const AttentionMemory& mem) {
-  return mem.blocked.defined() ? blocked_softmax(scores, mem.blocked) : masked_softmax(scores, mem.mask);
+  if (mem.blocked.defined()) return blocked_softmax(scores, mem.blocked);
+  return mem.mask.defined() ? masked_softmax(scores, mem.mask) : torch::softmax(scores, -1);
 }
 
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
@@ -49,7 +85,9 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
   shape.back() = k.size(-2);
   torch::Tensor scores = batched_product(flat(q), flat(k).transpose(1, 2)).view(shape);  // [..., T, S]
   if (scale) scores = scores * factor;
-  torch::Tensor w = blocked.defined() ? blocked_softmax(scores, blocked) : masked_softmax(scores, mask);
+  torch::Tensor w = blocked.defined() ? blocked_softmax(scores, blocked)
+                    : mask.defined()  ? masked_softmax(scores, mask)
+                                      : torch::softmax(scores, -1);
   shape.back() = v.size(-1);
   return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor(), scores};
 }
@@ -159,6 +197,7 @@ AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, mem.keys.size(2), "MultiplicativeAttention");
+  if (fused_for(query)) return {fused_context(query, mem.keys, mem.values, mem.mask, 1.0), {}, {}, {}};
   // [B, T, S]; one query per sentence while decoding: the row kernel instead of B tiny BLAS products
   torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
                                                         : batched_product(query, mem.keys.transpose(1, 2));
@@ -178,23 +217,37 @@ MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64
 
 AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "MultiHeadAttention");
-  const int64_t B = enc.size(0), S = enc.size(1), d = attn_dim_ / heads_;
+  AttentionMemory m = keys_values(enc);
+  m.mask = mask;
+  return m;
+}
+
+AttentionMemory MultiHeadAttention::keys_values(const torch::Tensor& states) {
+  TORCH_CHECK(states.dim() == 3 && states.size(2) == key_dim_, "MultiHeadAttention: states must be [B, S, ", key_dim_, "], got ",
+              states.sizes());
+  const int64_t B = states.size(0), S = states.size(1), d = attn_dim_ / heads_;
   // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
-  torch::Tensor k = train_linear(enc, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  torch::Tensor v = train_linear(enc, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  return {k, v, mask, {}, {}};  // keys/values [B, h, S, d]
+  torch::Tensor k = train_linear(states, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor v = train_linear(states, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  return {k, v, {}, {}, {}};  // keys/values [B, h, S, d]
 }
 
 AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
-  TORCH_CHECK(query.dim() == 3 && query.size(0) == mem.mask.size(0), "MultiHeadAttention: query must be [B, T, Q], got ",
-              query.sizes());
+  TORCH_CHECK(query.dim() == 3 && query.size(0) == mem.keys.size(0), "MultiHeadAttention: query must be [B, T, Q] with B ",
+              mem.keys.size(0), ", got ", query.sizes());
   const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
   torch::Tensor q = decoding_linear(*this, wq, packed_wq_, query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
+  if (fused_for(query)) {  // the same computation without the weights
+    const double factor = scale_ ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0;
+    torch::Tensor ctx = fused_context(q, mem.keys, mem.values, mem.mask, factor).permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
+    return {decoding_linear(*this, wo, packed_wo_, ctx), {}, {}, {}};
+  }
   AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_, mem.blocked);  // ctx [B, h, T, d], w [B, h, T, S]
   record(o.scores);
   TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
   torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
-  return {decoding_linear(*this, wo, packed_wo_, ctx), o.weights.mean(1), o.weights, o.scores};
+  torch::Tensor mean = attention_maps_wanted() ? o.weights.mean(1) : torch::Tensor();  // the map: mean of the heads
+  return {decoding_linear(*this, wo, packed_wo_, ctx), mean, o.weights, o.scores};
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {

@@ -33,7 +33,7 @@ struct AttentionOutput {
 };
 
 // softmax(q k^T / sqrt(d)) v with masking. q [B, T, d], k [B, S, d], v [B, S, dv], mask [B, S] bool (or any
-// leading axes shared by q, k, v). scale false leaves out the 1/sqrt(d) (the lab's experiment key).
+// leading axes shared by q, k, v; undefined: every key takes part). scale false leaves out the 1/sqrt(d) (the lab's experiment key).
 // blocked, when given, is not mask, made once for many calls (one operation less each).
 AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const torch::Tensor& mask, bool scale = true, const torch::Tensor& blocked = {});
@@ -43,6 +43,25 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
 // keys (tanh as a rational function, error < 4e-7) and keeps the tanh values only when a gradient is needed;
 // the backward reads them once and writes the query, key and v gradients in the same pass.
 torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys, const torch::Tensor& v);
+
+// Whether attend() must form the attention weights: maps, alignments and the lab's scores read them. Where nobody
+// does (a training step, decoding without maps) scaled dot-product and Luong's dot/general attention on the device path
+// (no CPU kernels: --kernels reference, or a GPU) run as LibTorch's one fused operation, at::scaled_dot_product_attention
+// (LibTorch >= 2.1: flash and memory-efficient kernels on a GPU), which never materialises the weights, and attend()
+// leaves them undefined. On by default; a ScopedAttentionMaps turns it off for its thread while it lives.
+bool attention_maps_wanted();
+class ScopedAttentionMaps {
+ public:
+  explicit ScopedAttentionMaps(bool wanted);
+  ~ScopedAttentionMaps();
+  ScopedAttentionMaps(const ScopedAttentionMaps&) = delete;
+  ScopedAttentionMaps& operator=(const ScopedAttentionMaps&) = delete;
+
+ private:
+  bool saved_;
+};
+// Whether this LibTorch has the fused operation (2.1 and later: the one place that decides).
+bool fused_attention_available();
 
 // Softmax over the source axis with masked positions set to exactly 0. scores [B, T, S] (or [B, h, T, S]).
 torch::Tensor masked_softmax(const torch::Tensor& scores, const torch::Tensor& mask);
@@ -69,6 +88,9 @@ class AttentionImpl : public torch::nn::Module {
   // w [B, T, S] as override_weights says (unchanged while it is kNone).
   torch::Tensor overridden(const torch::Tensor& w, const torch::Tensor& mask);
   bool overriding() const { return override_ != WeightOverride::kNone; }
+  // Whether this call may run as the fused operation (attention_maps_wanted): nobody reads its weights or scores, the
+  // device path, a LibTorch that has it, and no weight override.
+  bool fused_for(const torch::Tensor& query) const;
   void record(const torch::Tensor& scores) const {
     if (!score_sink_) return;
     if (scores.requires_grad()) const_cast<torch::Tensor&>(scores).retain_grad();
@@ -119,6 +141,8 @@ class MultiHeadAttention : public AttentionImpl {
   // scale false: scores q·k without the 1/sqrt(d) (model.attention.scale).
   MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads, bool scale = true);
   AttentionMemory prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) override;
+  // The keys and values of states [B, S, key_dim] as [B, heads, S, d], without a mask (every position a key).
+  AttentionMemory keys_values(const torch::Tensor& states);
   AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
   int64_t context_dim() const override { return key_dim_; }
   int64_t heads() const override { return heads_; }

@@ -7,6 +7,11 @@
 
 namespace attnmt {
 
+namespace {
+// x without its axis dim, or undefined: weights are left undefined where nobody wants them (attention_maps_wanted).
+torch::Tensor squeezed(const torch::Tensor& x, int64_t dim) { return x.defined() ? x.squeeze(dim) : x; }
+}  // namespace
+
 DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
   DecoderState s;
   if (rnn.h.defined()) s.rnn = rnn.index_select(rows);
@@ -83,8 +88,8 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
     SelfAttentionOutput sa = self_attention(e.unsqueeze(1), mem, &state.cache);
     DecoderStepOutput o;
     o.readout = sa.states.squeeze(1);
-    o.weights = sa.cross_weights.squeeze(1);
-    o.head_weights = sa.cross_head_weights.squeeze(2);
+    o.weights = squeezed(sa.cross_weights, 1);
+    o.head_weights = squeezed(sa.cross_head_weights, 2);
     return o;
   }
   const torch::Tensor top_prev = state.rnn.h[layers_ - 1];  // [B, H]
@@ -97,15 +102,15 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
     torch::Tensor ht = torch::tanh(decoding_linear(*this, combine, packed_combine_, torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t [B, H]
     if (input_feeding_) state.feed = ht;
     o.readout = ht;
-    o.weights = a.weights.squeeze(1);
-    if (a.head_weights.defined()) o.head_weights = a.head_weights.squeeze(2);
+    o.weights = squeezed(a.weights, 1);
+    o.head_weights = squeezed(a.head_weights, 2);
     return o;
   }
   torch::Tensor ctx;
   if (attention_) {
     AttentionOutput a = attention_->attend(top_prev.unsqueeze(1), mem);  // queried with s_{t-1}
     ctx = a.context.squeeze(1);
-    o.weights = a.weights.squeeze(1);
+    o.weights = squeezed(a.weights, 1);
   } else {
     ctx = state.fixed;
   }
@@ -220,15 +225,15 @@ DecoderOutput DecoderImpl::forward_stepped_recurrence(const torch::Tensor& tgt_i
   for (int64_t t = 0; t < T; ++t) {
     AttentionOutput a = attention_->attend(state.rnn.h[layers_ - 1].unsqueeze(1), mem);  // queried with s_{t-1}
     torch::Tensor ctx = a.context.squeeze(1);
-    weights.push_back(a.weights.squeeze(1));
+    if (a.weights.defined()) weights.push_back(a.weights.squeeze(1));
     ctxs.push_back(ctx);
-    auto [y, st] = rnn->forward(torch::cat({e_steps[static_cast<size_t>(t)], ctx}, -1).unsqueeze(1), state.rnn);
+    auto [y, st] = rnn->step(torch::cat({e_steps[static_cast<size_t>(t)], ctx}, -1), state.rnn);
     state.rnn = st;
-    ys.push_back(y.squeeze(1));
+    ys.push_back(y);
   }
   DecoderOutput o;
   o.readout = readout_at(torch::cat({torch::stack(ys, 1), torch::stack(ctxs, 1), e_all}, -1), rows);
-  o.weights = torch::stack(weights, 1);
+  if (!weights.empty()) o.weights = torch::stack(weights, 1);
   return o;
 }
 

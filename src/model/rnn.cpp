@@ -71,6 +71,8 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, cons
 std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const RnnState& state) {
   TORCH_CHECK(x.dim() == 2, "Rnn::step: x must be [B, In], got ", x.sizes());
   TORCH_CHECK(!bidirectional_, "Rnn::step: one direction only");
+  if (!kernels_on(x.device()) && state.h.defined() && !(is_training() && layers_ > 1 && inner_dropout_ > 0))
+    return cell_step(x, state);
   if (is_training() || torch::GradMode::is_enabled() || !kernels_on(x.device()) || !state.h.defined()) {
     auto [y, st] = forward(x.unsqueeze(1), state);
     return {y.squeeze(1), st};
@@ -105,6 +107,30 @@ std::pair<torch::Tensor, RnnState> RnnImpl::step(const torch::Tensor& x, const R
   next.h = torch::stack(hs, 0);
   if (lstm) next.c = torch::stack(cs, 0);
   return {in, next};
+}
+
+std::pair<torch::Tensor, RnnState> RnnImpl::cell_step(const torch::Tensor& x, const RnnState& state) {
+  const NoAutocast fp32(x.device());  // in float32, as forward()
+  const torch::OrderedDict<std::string, torch::Tensor> params =
+      lstm ? lstm->named_parameters(/*recurse=*/false) : gru->named_parameters(/*recurse=*/false);
+  std::vector<torch::Tensor> hs, cs;
+  torch::Tensor in = float_if_reduced(x);
+  for (int64_t l = 0; l < layers_; ++l) {
+    const std::string k = std::to_string(l);
+    const torch::Tensor &w_ih = params["weight_ih_l" + k], &w_hh = params["weight_hh_l" + k];
+    const torch::Tensor &b_ih = params["bias_ih_l" + k], &b_hh = params["bias_hh_l" + k];
+    if (lstm) {
+      auto [h, c] = at::lstm_cell(in, {float_if_reduced(state.h[l]), float_if_reduced(state.c[l])}, w_ih, w_hh, b_ih, b_hh);
+      in = h;
+      cs.push_back(c);
+    } else {
+      in = at::gru_cell(in, float_if_reduced(state.h[l]), w_ih, w_hh, b_ih, b_hh);
+    }
+    hs.push_back(in);
+  }
+  // [L, B, H]: one layer's state as a view, no copy
+  auto layered = [&](const std::vector<torch::Tensor>& v) { return v.size() == 1 ? v[0].unsqueeze(0) : torch::stack(v, 0); };
+  return {in, RnnState{layered(hs), lstm ? layered(cs) : torch::Tensor()}};
 }
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward_packed(const torch::Tensor& x, const torch::Tensor& lengths) {

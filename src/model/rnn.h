@@ -31,6 +31,9 @@ class RnnImpl : public torch::nn::Module {
   // One time step of a one-direction RNN: x [B, In] -> top layer's output [B, H] and the new state. While
   // decoding (eval mode, no gradients) each layer's two products go through packed copies of the weights
   // (kernels/packed_product.h) and the gates are a few elementwise ops; otherwise forward() over one step.
+  // On the device path (no CPU kernels: a GPU, or --kernels reference) a step is LibTorch's cell operation per layer
+  // (at::gru_cell / at::lstm_cell: on a GPU two products and one fused gate kernel) rather than a one-step run of
+  // the whole recurrence (cuDNN's call there), but for training a stack with dropout between its layers.
   std::pair<torch::Tensor, RnnState> step(const torch::Tensor& x, const RnnState& state);
   bool is_lstm() const { return static_cast<bool>(lstm); }
   int64_t layers() const { return layers_; }
@@ -45,6 +48,7 @@ class RnnImpl : public torch::nn::Module {
   torch::nn::LSTM lstm{nullptr};
   // One GRU layer and direction over x [B, S, In] while decoding: the input gates of all steps in one packed
   // product, then per step the packed W_hh product and the cell. w: W_ih, W_hh, b_ih, b_hh; which: its packed pair.
+  std::pair<torch::Tensor, RnnState> cell_step(const torch::Tensor& x, const RnnState& state);
   torch::Tensor packed_gru_layer(const torch::Tensor& x, size_t which, const std::vector<torch::Tensor>& w);
   std::vector<PackedLinear> packed_ih_, packed_hh_;  // per layer (and direction), for step() and packed_gru_layer()
 };

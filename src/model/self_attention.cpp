@@ -2,7 +2,9 @@
 
 #include "common/precision.h"
 
+#include <algorithm>
 #include <cmath>
+#include <tuple>
 
 #include "kernels/packed_product.h"
 
@@ -37,10 +39,16 @@ torch::Tensor PositionEncodingImpl::forward(const torch::Tensor& x, int64_t firs
   const int64_t T = x.size(1);
   switch (kind_) {
     case Positions::kNone: return x;
-    case Positions::kSinusoidal: return x + sinusoidal_positions(first, T, dim_, x.options()).unsqueeze(0);
+    case Positions::kSinusoidal: {
+      if (!sinusoids_.defined() || sinusoids_.size(0) < first + T || sinusoids_.device() != x.device() ||
+          sinusoids_.scalar_type() != x.scalar_type())
+        sinusoids_ = sinusoidal_positions(0, std::max<int64_t>(first + T, 256), dim_, x.options());
+      return x + sinusoids_.narrow(0, first, T).unsqueeze(0);
+    }
     case Positions::kLearned: {
+      if (first + T <= kMaxLearned) return x + table->weight.narrow(0, first, T).unsqueeze(0);
       torch::Tensor pos = torch::arange(first, first + T, torch::TensorOptions().dtype(torch::kLong).device(x.device()))
-                              .clamp_max(kMaxLearned - 1);
+                              .clamp_max(kMaxLearned - 1);  // beyond the table: its last vector
       return x + table(pos).unsqueeze(0);
     }
   }
@@ -50,9 +58,40 @@ torch::Tensor PositionEncodingImpl::forward(const torch::Tensor& x, int64_t firs
 SelfAttentionCache SelfAttentionCache::index_select(const torch::Tensor& rows) const {
   SelfAttentionCache c;
   c.length = length;
+  c.reserved = reserved;
   for (const auto& k : keys) c.keys.push_back(k.index_select(0, rows));
   for (const auto& v : values) c.values.push_back(v.index_select(0, rows));
   return c;
+}
+
+std::pair<torch::Tensor, torch::Tensor> SelfAttentionCache::append(size_t l, const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(l <= keys.size() && keys.size() == values.size(), "SelfAttentionCache: layer ", l, " after ", keys.size());
+  TORCH_CHECK(l < keys.size() || length == 0, "SelfAttentionCache: length ", length, " without keys for layer ", l);
+  const int64_t T = k.size(2), end = length + T;
+  if (torch::GradMode::is_enabled()) {  // autograd follows a concatenation, not a write into a buffer
+    if (l == keys.size()) {
+      keys.push_back(k);
+      values.push_back(v);
+    } else {
+      keys[l] = torch::cat({keys[l].narrow(2, 0, length), k}, 2);
+      values[l] = torch::cat({values[l].narrow(2, 0, length), v}, 2);
+    }
+    return {keys[l], values[l]};
+  }
+  auto write = [&](std::vector<torch::Tensor>& buffers, const torch::Tensor& x) {
+    if (l == buffers.size() || buffers[l].size(2) < end) {  // a first or a larger buffer: twice the positions
+      const int64_t old = l < buffers.size() ? buffers[l].size(2) : 0;
+      torch::Tensor grown = torch::empty({x.size(0), x.size(1), std::max({end, 2 * old, reserved > 0 ? reserved : 16}), x.size(3)},
+                                         x.options());
+      if (length > 0) grown.narrow(2, 0, length).copy_(buffers[l].narrow(2, 0, length));
+      if (l == buffers.size()) buffers.push_back(grown);
+      else buffers[l] = grown;
+    }
+    buffers[l].narrow(2, length, T).copy_(x);
+    return buffers[l].narrow(2, 0, end);
+  };
+  torch::Tensor kk = write(keys, k);
+  return {kk, write(values, v)};
 }
 
 int64_t effective_ff_dim(const ModelConfig& m, const StackConfig& s) { return s.ff_dim > 0 ? s.ff_dim : 4 * m.hidden_dim; }
@@ -142,7 +181,11 @@ SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
 AttentionMemory SelfAttentionDecoderImpl::prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) {
   AttentionMemory mem;
   mem.mask = mask;
-  for (const auto& c : cross_attn_) mem.layers.push_back(c->prepare(enc_states, mask));
+  const torch::Tensor blocked = mask.logical_not();  // once per batch for every layer and step
+  for (const auto& c : cross_attn_) {
+    mem.layers.push_back(c->prepare(enc_states, mask));
+    mem.layers.back().blocked = blocked;
+  }
   return mem;
 }
 
@@ -157,26 +200,17 @@ SelfAttentionOutput SelfAttentionDecoderImpl::forward(const torch::Tensor& emb, 
               "SelfAttentionDecoder: target_mask must be [B, T] = [", B, ", ", T, "] and without a cache, got ", target_mask.sizes());
   // The self-attention mask over the prefix and the new positions: causal, or everything (the pitfall); padded target
   // positions are no keys (under the causal mask a real position never sees them anyway: padding follows the words).
-  torch::Tensor self_mask = causal_ ? causal_mask(T, S_self, first, emb.device()).unsqueeze(0).expand({B, T, S_self})
-                                    : torch::ones({B, T, S_self}, torch::TensorOptions().dtype(torch::kBool).device(emb.device()));
-  if (target_mask.defined()) self_mask = self_mask.logical_and(target_mask.unsqueeze(1));
+  // One new position after a cached prefix sees all of it and itself either way: no mask.
+  torch::Tensor self_mask;
+  if (causal_ && !(cache && T == 1)) self_mask = causal_mask(T, S_self, first, emb.device()).unsqueeze(0).expand({B, T, S_self});
+  if (target_mask.defined()) self_mask = self_mask.defined() ? self_mask.logical_and(target_mask.unsqueeze(1))
+                                                             : target_mask.unsqueeze(1).expand({B, T, S_self});
   SelfAttentionOutput o;
   torch::Tensor x = stack_input(input, positions, emb, first);  // [B, T, D]
   for (size_t l = 0; l < self_attn_.size(); ++l) {
     torch::Tensor h = normed(*norms1[l]->as<torch::nn::LayerNorm>(), x);
-    AttentionMemory self = self_attn_[l]->prepare(h, torch::ones({B, T}, self_mask.options()));  // K, V of the new positions
-    if (cache) {
-      if (cache->keys.size() > l) {
-        self.keys = torch::cat({cache->keys[l], self.keys}, 2);  // [B, h, first + T, d]
-        self.values = torch::cat({cache->values[l], self.values}, 2);
-        cache->keys[l] = self.keys;
-        cache->values[l] = self.values;
-      } else {
-        TORCH_CHECK(first == 0, "SelfAttentionDecoder: cache of length ", first, " without keys for layer ", l);
-        cache->keys.push_back(self.keys);
-        cache->values.push_back(self.values);
-      }
-    }
+    AttentionMemory self = self_attn_[l]->keys_values(h);  // K, V of the new positions [B, h, T, d]
+    if (cache) std::tie(self.keys, self.values) = cache->append(l, self.keys, self.values);  // [B, h, first + T, d]
     self.mask = self_mask;
     AttentionOutput a = self_attn_[l]->attend(h, self);
     o.self_weights.push_back(a.head_weights);  // [B, h, T, first + T]

@@ -35,14 +35,24 @@ class PositionEncodingImpl : public torch::nn::Module {
   Positions kind_;
   int64_t dim_;
   torch::nn::Embedding table{nullptr};
+  // The sinusoids of positions 0 .. sinusoids_.size(0)-1 in the dtype and on the device of the last x, made once
+  // there (not at every decoding step); rebuilt when x moves or asks for more positions.
+  torch::Tensor sinusoids_;
 };
 TORCH_MODULE(PositionEncoding);
 
-// One layer's keys and values of the target prefix, kept between decoding steps (incremental decoding).
+// Each layer's keys and values of the target prefix, kept between decoding steps (incremental decoding). Without
+// gradients they live in buffers of `reserved` positions (or more, doubling when full) written in place, so that a
+// step copies only its own keys and values; with gradients (teacher forcing below 1 in training) the prefix grows
+// by concatenation, which autograd can follow.
 struct SelfAttentionCache {
-  std::vector<torch::Tensor> keys, values;  // per layer [B, heads, t, d]; empty before the first step
+  std::vector<torch::Tensor> keys, values;  // per layer [B, heads, capacity, d]; positions 0 .. length-1 hold the prefix
   int64_t length = 0;                       // t: positions already decoded
+  int64_t reserved = 0;                     // the capacity of the first buffers (a search's step limit), 0: 16
   SelfAttentionCache index_select(const torch::Tensor& rows) const;
+  // Appends layer l's keys and values of T new positions [B, heads, T, d] (length unchanged: the decoder advances it
+  // after its last layer) and returns the layer's whole prefix, new positions included, as views [B, heads, length+T, d].
+  std::pair<torch::Tensor, torch::Tensor> append(size_t l, const torch::Tensor& k, const torch::Tensor& v);
 };
 
 struct SelfAttentionOutput {

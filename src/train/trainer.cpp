@@ -33,6 +33,7 @@
 #include "train/launcher.h"
 #include "kernels/adam.h"
 #include "kernels/mode.h"
+#include "model/attention.h"
 #include "train/snapshots.h"
 #include "viz/charts.h"
 
@@ -205,7 +206,10 @@ ValidationResult validate(Seq2Seq& model, const RunData& data, const Config& cfg
   for (const auto& idx : plan) {
     Batch b = make_batch(data.valid, idx);
     Batch db = b.to(device);
-    loss_sum += batch_loss(model, db, 0.0).sum.to(torch::kDouble);
+    {
+      const ScopedAttentionMaps no_maps(false);  // the loss alone: the fused attention where it applies
+      loss_sum += batch_loss(model, db, 0.0).sum.to(torch::kDouble);
+    }
     tokens += b.tgt_tokens;
     auto hs = greedy_search(model, b, so, device);
     for (size_t k = 0; k < idx.size(); ++k)
@@ -315,6 +319,7 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
   // it stays on the device until the loop logs.
   const bool read_now = kernels_on(device_) || dist || opt_.test_nan_at_step > 0;
   if (slice) {
+    const ScopedAttentionMaps no_maps(false);  // nobody reads a training step's weights
     torch::Tensor loss_sum = batch_loss(model_, slice->to(device_), cfg_.label_smoothing, cfg_.teacher_forcing).sum;
     (loss_sum / static_cast<double>(batch_tokens)).backward();
     if (read_now)
