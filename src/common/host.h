@@ -60,6 +60,15 @@ torch::Tensor from_host(const std::vector<T>& v) {
   return torch::tensor(v, torch::TensorOptions().dtype(c10::CppTypeToScalarType<T>::value));
 }
 
+// Host values onto a device without waiting for it: on a CPU the tensor itself; elsewhere a pinned copy sent by a
+// transfer that does not wait (LibTorch's pinned allocator keeps the buffer until the copy is done), where a plain
+// .to(device) from pageable memory waits for the device's stream.
+template <class T>
+torch::Tensor to_device(const std::vector<T>& v, const torch::Device& device) {
+  torch::Tensor t = from_host(v);
+  return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
 }  // namespace attnmt
 
 namespace attnmt {

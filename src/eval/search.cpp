@@ -133,7 +133,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
     }
     torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [P*K, V]
     const int64_t V = logp.size(1);
-    torch::Tensor base = from_host(scores).to(device, torch::kFloat).unsqueeze(1);
+    torch::Tensor base = to_device(std::vector<float>(scores.begin(), scores.end()), device).unsqueeze(1);
     const int64_t P = static_cast<int64_t>(active.size());
     torch::Tensor cand = (base + logp).view({P, K * V});
     const int64_t C = std::min<int64_t>(2 * K, K * V);
@@ -231,10 +231,11 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
       rows_next.push_back(next_rows[static_cast<size_t>(r)]);
       tok_next.push_back(next_tok[static_cast<size_t>(r)]);
     }
-    if (still.size() != active.size()) mem = mem.index_select(from_host(keep).to(device));
+    // The next step's rows and tokens go to the device in copies that do not wait (the step's one wait is the read above).
+    if (still.size() != active.size()) mem = mem.index_select(to_device(keep, device));
     active = std::move(still);
-    state = state.index_select(from_host(rows_next).to(device));
-    y = from_host(tok_next).to(device);
+    state = state.index_select(to_device(rows_next, device));
+    y = to_device(tok_next, device);
   }
   std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
