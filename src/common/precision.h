@@ -12,6 +12,8 @@
 
 #include <torch/types.h>
 
+#include "common/scoped_setting.h"
+
 namespace attnmt {
 
 enum class Precision { kFp32, kTf32, kBf16 };
@@ -25,16 +27,7 @@ void set_precision(Precision p);
 Precision precision();
 
 // Sets a precision for as long as it lives (train() for its config's; tests).
-class ScopedPrecision {
- public:
-  explicit ScopedPrecision(Precision p) : saved_(precision()) { set_precision(p); }
-  ~ScopedPrecision() { set_precision(saved_); }
-  ScopedPrecision(const ScopedPrecision&) = delete;
-  ScopedPrecision& operator=(const ScopedPrecision&) = delete;
-
- private:
-  Precision saved_;
-};
+using ScopedPrecision = ScopedSetting<Precision, precision, set_precision>;
 
 // bf16 autocast on the device's type while it lives, when the precision is bf16; nothing otherwise. Regions nest; the
 // outermost one's end drops the bf16 copies of the weights that autocast keeps while a region is open (so a search

@@ -8,6 +8,8 @@
 
 #include <torch/torch.h>
 
+#include "common/scoped_setting.h"
+
 namespace attnmt {
 
 enum class KernelMode { kAuto, kReference };
@@ -25,16 +27,7 @@ bool kernels_on(const torch::Device& device);
 bool kernels_for(const torch::Tensor& t);
 
 // Sets a mode for as long as it lives (tests; bench's measurement of the machine's best product rate).
-class ScopedKernelMode {
- public:
-  explicit ScopedKernelMode(KernelMode m) : saved_(kernel_mode()) { set_kernel_mode(m); }
-  ~ScopedKernelMode() { set_kernel_mode(saved_); }
-  ScopedKernelMode(const ScopedKernelMode&) = delete;
-  ScopedKernelMode& operator=(const ScopedKernelMode&) = delete;
-
- private:
-  KernelMode saved_;
-};
+using ScopedKernelMode = ScopedSetting<KernelMode, kernel_mode, set_kernel_mode>;
 
 // One line for the log and bench: the mode and, under auto, which kernels run and why.
 std::string kernel_choice();

@@ -25,8 +25,7 @@ thread_local bool maps_wanted = true;
 }  // namespace
 
 bool attention_maps_wanted() { return maps_wanted; }
-ScopedAttentionMaps::ScopedAttentionMaps(bool wanted) : saved_(maps_wanted) { maps_wanted = wanted; }
-ScopedAttentionMaps::~ScopedAttentionMaps() { maps_wanted = saved_; }
+void set_attention_maps_wanted(bool wanted) { maps_wanted = wanted; }
 
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 1)
 bool fused_attention_available() { return true; }

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "common/config.h"
+#include "common/scoped_setting.h"
 #include "kernels/additive_scores.h"
 #include "kernels/packed_product.h"
 
@@ -50,16 +51,8 @@ torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys
 // (LibTorch >= 2.1: flash and memory-efficient kernels on a GPU), which never materialises the weights, and attend()
 // leaves them undefined. On by default; a ScopedAttentionMaps turns it off for its thread while it lives.
 bool attention_maps_wanted();
-class ScopedAttentionMaps {
- public:
-  explicit ScopedAttentionMaps(bool wanted);
-  ~ScopedAttentionMaps();
-  ScopedAttentionMaps(const ScopedAttentionMaps&) = delete;
-  ScopedAttentionMaps& operator=(const ScopedAttentionMaps&) = delete;
-
- private:
-  bool saved_;
-};
+void set_attention_maps_wanted(bool wanted);
+using ScopedAttentionMaps = ScopedSetting<bool, attention_maps_wanted, set_attention_maps_wanted>;
 // Whether this LibTorch has the fused operation (2.1 and later: the one place that decides).
 bool fused_attention_available();
 
