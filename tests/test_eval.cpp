@@ -5,6 +5,7 @@
 #include <set>
 #include <sstream>
 
+#include "common/host.h"
 #include "data/batcher.h"
 #include "data/toy_corpus.h"
 #include "eval/alignment.h"
@@ -99,8 +100,13 @@ TEST(Search, BatchedEqualsOneAtATime) {
   so.beam_size = 4;
   so.nbest = 2;
   SearchStats st_together;
+  const int64_t reads0 = host_reads(), sends0 = device_sends();
   auto together = beam_search(model, make_src_batch(srcs, {0, 1, 2, 3}), so, torch::kCPU, &st_together);
   ASSERT_EQ(together.size(), 4u);
+  // The bookkeeping stays on the device: one read a step, and host values go to the device only when sentences
+  // leave the batch (at most 3 times for 4 sentences), not every step.
+  EXPECT_EQ(host_reads() - reads0, st_together.steps);
+  EXPECT_LE(device_sends() - sends0, 3);
   // A finished sentence leaves the batch: the rows advanced together are those advanced one at a time.
   int64_t rows_alone = 0, longest = 0;
   for (int64_t i = 0; i < 4; ++i) {

@@ -13,6 +13,9 @@ namespace attnmt {
 // Host reads since the process started.
 int64_t host_reads();
 
+// Copies of host values to a device (to_device) since the process started.
+int64_t device_sends();
+
 // A tensor's values on the host: contiguous, on the CPU, of the type asked for. Made only by to_host().
 class HostTensor {
  public:
@@ -63,10 +66,11 @@ torch::Tensor from_host(const std::vector<T>& v) {
 // Host values onto a device without waiting for it: on a CPU the tensor itself; elsewhere a pinned copy sent by a
 // transfer that does not wait (LibTorch's pinned allocator keeps the buffer until the copy is done), where a plain
 // .to(device) from pageable memory waits for the device's stream.
+// Each call counts one send (device_sends), on a CPU too, so that a loop's transfers can be counted without a GPU.
+torch::Tensor to_device(const torch::Tensor& cpu, const torch::Device& device);
 template <class T>
 torch::Tensor to_device(const std::vector<T>& v, const torch::Device& device) {
-  torch::Tensor t = from_host(v);
-  return device.is_cpu() ? t : t.pin_memory().to(device, /*non_blocking=*/true);
+  return to_device(from_host(v), device);
 }
 
 }  // namespace attnmt

@@ -148,7 +148,7 @@ Batch Batch::to(const torch::Device& device) const {
     parts.push_back(tgt_out.reshape(-1));
     if (tgt_rows.defined()) parts.push_back(tgt_rows);
   }
-  const torch::Tensor packed = torch::cat(parts).pin_memory().to(device, /*non_blocking=*/true);
+  const torch::Tensor packed = to_device(torch::cat(parts), device);
   Batch b = *this;
   int64_t at = 0;
   auto next = [&](const torch::Tensor& like) {

@@ -1,6 +1,8 @@
 #include "eval/search.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "common/host.h"
@@ -86,6 +88,126 @@ double length_penalty(int64_t len, double alpha) {
   return std::pow((5.0 + static_cast<double>(len)) / 6.0, alpha);
 }
 
+namespace {
+
+constexpr double kNegInf = -std::numeric_limits<double>::infinity();
+
+// One beam step, chosen on the device. The next rows of each sentence are its K best candidates (a row of the beam
+// and a token) that do not end with <eos>; their scores, rows and tokens stay on the device for the next step. Every
+// row's <eos> candidate is read with them, and the host ends the hypotheses of those that rank above the K-th row
+// going on: the same hypotheses as ranking the 2K best candidates, <eos> or not, and taking them in order.
+struct BeamChoice {
+  torch::Tensor scores;  // [P*K] float: each next row's log-probability so far, best first per sentence (-inf: idle)
+  torch::Tensor rows;    // [P*K] long: the row it extends (in this step's layout)
+  torch::Tensor tokens;  // [P*K] long: the token it adds
+  torch::Tensor read;    // [P, 3K (+ K*S)] double: the layout BeamRead reads
+};
+
+// scores [P*K], logp [P*K, V], first_row [P, 1] (p*K); weights [P*K, S] or undefined.
+BeamChoice choose_on_device(const torch::Tensor& scores, const torch::Tensor& logp, const torch::Tensor& first_row,
+                            int64_t K, const torch::Tensor& weights) {
+  const int64_t P = first_row.size(0), V = logp.size(1);
+  torch::Tensor cand = scores.unsqueeze(1) + logp;                         // [P*K, V]
+  const torch::Tensor eos = scores + logp.select(1, kEosId);               // [P*K]: each row ended now
+  cand.select(1, kEosId).fill_(kNegInf);
+  auto [top_v, top_i] = cand.view({P, K * V}).topk(K, 1);                  // [P, K]: rows going on, best first
+  BeamChoice out;
+  out.scores = top_v.view(-1);
+  out.rows = top_i.div(V, /*rounding_mode=*/"floor").add_(first_row).view(-1);
+  out.tokens = top_i.remainder(V).view(-1);
+  std::vector<torch::Tensor> parts = {top_v, top_i, eos.view({P, K})};
+  if (weights.defined()) parts.push_back(weights.reshape({P, -1}));       // [P, K * S]
+  for (auto& part : parts) part = part.to(torch::kDouble);                 // ids are exact in double below 2^53
+  out.read = torch::cat(parts, 1);
+  return out;
+}
+
+// The host's view of a step, per sentence p: its rows going on (score, row-and-token id), its rows' <eos> scores and,
+// when asked for, its rows' attention weights.
+struct BeamRead {
+  HostTensor values;
+  int64_t K = 0, V = 0, S = 0;
+  double at(int64_t p, int64_t column) const { return values.data<double>()[p * values.size(1) + column]; }
+  double score(int64_t p, int64_t k) const { return at(p, k); }
+  int64_t row(int64_t p, int64_t k) const { return p * K + static_cast<int64_t>(at(p, K + k)) / V; }
+  int64_t token(int64_t p, int64_t k) const { return static_cast<int64_t>(at(p, K + k)) % V; }
+  double eos_score(int64_t p, int64_t k) const { return at(p, 2 * K + k); }  // row p*K+k followed by <eos>
+  // Row r's attention weights over the first len source positions (r in sentence p's rows).
+  std::vector<float> weights(int64_t p, int64_t r, int64_t len) const {
+    const double* w = values.data<double>() + p * values.size(1) + 3 * K + (r - p * K) * S;
+    return std::vector<float>(w, w + len);
+  }
+};
+
+// What the host keeps per row of the beam: its tokens and attention rows, for the hypotheses it may end in.
+struct BeamHistory {
+  std::vector<int64_t> tokens;
+  std::vector<std::vector<float>> weights;
+};
+
+// A hypothesis ending this step: row r followed by token (or cut after it at the length limit), with its score.
+struct Ending {
+  double score;
+  int64_t row, token;
+};
+
+// The hypotheses sentence p ends this step (best first) and the histories of its rows going on, from the step's
+// read. At its length limit every candidate ends. Returns how many of its rows go on.
+int64_t record_sentence(const BeamRead& r, int64_t p, int64_t src_len, bool at_limit, double alpha,
+                        const std::vector<BeamHistory>& rows, std::vector<BeamHistory>& next,
+                        std::vector<double>& next_scores, std::vector<Hypothesis>& ended) {
+  auto extend = [&](int64_t row) {
+    BeamHistory h = rows[static_cast<size_t>(row)];
+    if (r.S > 0) h.weights.push_back(r.weights(p, row, src_len));
+    return h;
+  };
+  const double kth = r.score(p, r.K - 1);  // the worst row going on
+  std::vector<Ending> ends;
+  for (int64_t k = 0; k < r.K; ++k) {
+    const double e = r.eos_score(p, k);
+    if (std::isfinite(e) && (at_limit || e > kth)) ends.push_back({e, p * r.K + k, kEosId});
+  }
+  int64_t open = 0;
+  for (; open < r.K && std::isfinite(r.score(p, open)); ++open) {
+    if (at_limit) {
+      ends.push_back({r.score(p, open), r.row(p, open), r.token(p, open)});
+      continue;
+    }
+    const size_t dst = static_cast<size_t>(p * r.K + open);
+    next[dst] = extend(r.row(p, open));
+    next[dst].tokens.push_back(r.token(p, open));
+    next_scores[dst] = r.score(p, open);
+  }
+  std::stable_sort(ends.begin(), ends.end(), [](const Ending& a, const Ending& b) { return a.score > b.score; });
+  for (const Ending& e : ends) {
+    BeamHistory h = extend(e.row);
+    Hypothesis hyp;
+    hyp.tokens = std::move(h.tokens);
+    if (e.token != kEosId) hyp.tokens.push_back(e.token);  // cut at the length limit
+    hyp.logprob = e.score;
+    hyp.score = e.score / length_penalty(static_cast<int64_t>(rows[static_cast<size_t>(e.row)].tokens.size()) + 1, alpha);
+    hyp.weights = std::move(h.weights);
+    ended.push_back(std::move(hyp));
+  }
+  return at_limit ? 0 : open;
+}
+
+// Whether a sentence is done: with no row going on (at its length limit, none does), or when nothing unfinished can
+// still beat its best finished hypothesis (log-probabilities only fall as a hypothesis grows; the penalty grows with
+// length).
+bool sentence_done(const std::vector<Hypothesis>& ended, const double* open_scores, int64_t open, int64_t limit,
+                   size_t nbest, double alpha) {
+  if (open == 0) return true;
+  if (ended.size() < nbest) return false;
+  double best_done = kNegInf, best_open = kNegInf;
+  for (const auto& h : ended) best_done = std::max(best_done, h.score);
+  const double lp_max = length_penalty(limit + 1, alpha);
+  for (int64_t k = 0; k < open; ++k) best_open = std::max(best_open, open_scores[k] / (open_scores[k] < 0 ? lp_max : 1.0));
+  return best_done >= best_open;
+}
+
+}  // namespace
+
 std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
                                                  const torch::Device& device, SearchStats* stats) {
   torch::NoGradGuard ng;
@@ -96,13 +218,12 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   const size_t nbest = static_cast<size_t>(std::max(1, std::min(opt.nbest, opt.beam_size)));
   Batch batch = cpu_batch.to(device);
   const int64_t B = batch.src.size(0);
+  if (B == 0) return {};
   const std::vector<int64_t> lens = cpu_batch.lengths();
   std::vector<int64_t> limits(static_cast<size_t>(B));
-  int64_t max_steps = 0;
-  for (int64_t b = 0; b < B; ++b) {
+  for (int64_t b = 0; b < B; ++b)
     limits[static_cast<size_t>(b)] = static_cast<int64_t>(std::floor(opt.max_len_ratio * static_cast<double>(lens[static_cast<size_t>(b)]))) + 10;
-    max_steps = std::max(max_steps, limits[static_cast<size_t>(b)]);
-  }
+  const int64_t max_steps = *std::max_element(limits.begin(), limits.end());
   const auto long_opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   EncoderOutput enc = model->encode(batch.src, batch.src_len, batch.src_mask);
   // Keys are projected once for the B sentences, then each row is repeated for its K beams.
@@ -112,17 +233,16 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   state.cache.reserved = max_steps;  // a self-attention decoder's key/value buffers: every step fits
 
   // Sentences still searching, in the order of their rows: position p holds rows p*K .. p*K+K-1. A finished
-  // sentence leaves the batch, so that its rows are not computed again while the others go on.
+  // sentence leaves the batch, so that its rows are not computed again while the others go on. The device holds
+  // what the next step needs (scores, rows, tokens); the host keeps the histories, from one read a step.
   std::vector<int64_t> active(static_cast<size_t>(B));
   std::iota(active.begin(), active.end(), 0);
-  // Host-side bookkeeping per row: tokens so far, attention rows so far.
-  std::vector<std::vector<int64_t>> toks(static_cast<size_t>(B * K));
-  std::vector<std::vector<std::vector<float>>> wts(static_cast<size_t>(B * K));
-  std::vector<double> scores(static_cast<size_t>(B * K), 0.0);
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t k = 1; k < K; ++k) scores[static_cast<size_t>(b * K + k)] = -std::numeric_limits<double>::infinity();
+  std::vector<BeamHistory> rows(static_cast<size_t>(B * K));
+  torch::Tensor scores = torch::full({B, K}, kNegInf, torch::TensorOptions().dtype(torch::kFloat).device(device));
+  scores.select(1, 0).zero_();
+  scores = scores.view(-1);
+  torch::Tensor first_row = (torch::arange(B, long_opts) * K).unsqueeze(1);  // [P, 1]
   std::vector<std::vector<Hypothesis>> finished(static_cast<size_t>(B));
-  std::vector<bool> done(static_cast<size_t>(B), false);
   torch::Tensor y = torch::full({B * K}, kBosId, long_opts);
 
   for (int64_t t = 0; t < max_steps; ++t) {
@@ -132,110 +252,40 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
       stats->row_steps += y.size(0);
     }
     torch::Tensor logp = torch::log_softmax(model->decoder->logits(s.readout).to(torch::kFloat), -1);  // [P*K, V]
-    const int64_t V = logp.size(1);
-    torch::Tensor base = to_device(std::vector<float>(scores.begin(), scores.end()), device).unsqueeze(1);
-    const int64_t P = static_cast<int64_t>(active.size());
-    torch::Tensor cand = (base + logp).view({P, K * V});
-    const int64_t C = std::min<int64_t>(2 * K, K * V);
-    auto [top_v, top_i] = cand.topk(C, 1);
-    // One read a step: each sentence's candidates (scores, then their row-and-token indices, exact in double below
-    // 2^53) and, when asked for, its rows' attention weights, side by side.
     const bool with_weights = opt.keep_weights && s.weights.defined();
-    std::vector<torch::Tensor> parts = {top_v, top_i};
-    if (with_weights) parts.push_back(s.weights.reshape({P, -1}));  // [P, K * S]
-    for (auto& part : parts) part = part.to(torch::kDouble);
-    const HostTensor read = to_host(torch::cat(parts, 1), torch::kDouble);
-    const int64_t width = read.size(1), S_w = with_weights ? s.weights.size(1) : 0;
-    const double* row_read = read.data<double>();
-    auto tv = [&](int64_t p, int64_t c) { return row_read[p * width + c]; };
-    auto ti = [&](int64_t p, int64_t c) { return static_cast<int64_t>(row_read[p * width + C + c]); };
+    const BeamChoice choice = choose_on_device(scores, logp, first_row, K, with_weights ? s.weights : torch::Tensor());
+    const BeamRead read{to_host(choice.read, torch::kDouble), K, logp.size(1), with_weights ? s.weights.size(1) : 0};  // the step's one wait
 
-    std::vector<int64_t> next_rows(static_cast<size_t>(P * K)), next_tok(static_cast<size_t>(P * K));
-    std::vector<std::vector<int64_t>> new_toks(static_cast<size_t>(P * K));
-    std::vector<std::vector<std::vector<float>>> new_wts(static_cast<size_t>(P * K));
-    std::vector<double> new_scores(static_cast<size_t>(P * K), -std::numeric_limits<double>::infinity());
+    const int64_t P = static_cast<int64_t>(active.size());
+    std::vector<BeamHistory> next(static_cast<size_t>(P * K));
+    std::vector<double> next_scores(static_cast<size_t>(P * K), kNegInf);
+    std::vector<int64_t> still;  // positions of the sentences still searching
     for (int64_t p = 0; p < P; ++p) {
-      const int64_t b = active[static_cast<size_t>(p)];
-      const size_t bi = static_cast<size_t>(b);
-      int64_t filled = 0;
-      {
-        const bool at_limit = t + 1 >= limits[bi];
-        for (int64_t c = 0; c < C && filled < K; ++c) {
-          double sc = tv(p, c);
-          if (!std::isfinite(sc)) break;
-          int64_t row = p * K + ti(p, c) / V, tok = ti(p, c) % V;
-          auto row_weights = [&]() {
-            auto w = wts[static_cast<size_t>(row)];
-            if (with_weights) {
-              const double* at = row_read + p * width + 2 * C + (row - p * K) * S_w;
-              w.emplace_back(at, at + lens[bi]);
-            }
-            return w;
-          };
-          if (tok == kEosId || at_limit) {
-            Hypothesis h;
-            h.tokens = toks[static_cast<size_t>(row)];
-            if (tok != kEosId) h.tokens.push_back(tok);  // cut at the length limit
-            h.logprob = sc;
-            h.score = sc / length_penalty(static_cast<int64_t>(toks[static_cast<size_t>(row)].size()) + 1, opt.length_penalty);
-            h.weights = row_weights();
-            finished[bi].push_back(std::move(h));
-            continue;
-          }
-          size_t dst = static_cast<size_t>(p * K + filled);
-          next_rows[dst] = row;
-          next_tok[dst] = tok;
-          new_toks[dst] = toks[static_cast<size_t>(row)];
-          new_toks[dst].push_back(tok);
-          new_wts[dst] = row_weights();
-          new_scores[dst] = sc;
-          ++filled;
-        }
-        // Stop when nothing unfinished can still beat the best finished hypothesis.
-        if (!finished[bi].empty()) {
-          double best_done = -std::numeric_limits<double>::infinity();
-          for (const auto& h : finished[bi]) best_done = std::max(best_done, h.score);
-          double best_open = -std::numeric_limits<double>::infinity();
-          const double lp_max = length_penalty(limits[bi] + 1, opt.length_penalty);
-          for (int64_t k = 0; k < filled; ++k) {
-            double sc = new_scores[static_cast<size_t>(p * K + k)];
-            // log-probabilities only fall as a hypothesis grows; the penalty grows with length.
-            best_open = std::max(best_open, sc / (sc < 0 ? lp_max : 1.0));
-          }
-          if (best_done >= best_open && finished[bi].size() >= nbest) done[bi] = true;
-        }
-        if (at_limit || filled == 0) done[bi] = true;
-      }
-      for (int64_t k = filled; k < K; ++k) {  // idle rows keep a valid state
-        size_t dst = static_cast<size_t>(p * K + k);
-        next_rows[dst] = p * K;
-        next_tok[dst] = kPadId;
-      }
-    }
-    // Keep the rows of the sentences still searching, in order.
-    std::vector<int64_t> still, keep;  // sentences; their positions' rows in this step's layout
-    for (int64_t p = 0; p < P; ++p) {
-      if (done[static_cast<size_t>(active[static_cast<size_t>(p)])]) continue;
-      still.push_back(active[static_cast<size_t>(p)]);
-      for (int64_t k = 0; k < K; ++k) keep.push_back(p * K + k);
+      const size_t b = static_cast<size_t>(active[static_cast<size_t>(p)]);
+      const int64_t open = record_sentence(read, p, lens[b], t + 1 >= limits[b], opt.length_penalty, rows, next, next_scores,
+                                           finished[b]);
+      if (!sentence_done(finished[b], next_scores.data() + p * K, open, limits[b], nbest, opt.length_penalty)) still.push_back(p);
     }
     if (still.empty()) break;
-    toks.clear();
-    wts.clear();
-    scores.clear();
-    std::vector<int64_t> rows_next, tok_next;
-    for (int64_t r : keep) {
-      toks.push_back(std::move(new_toks[static_cast<size_t>(r)]));
-      wts.push_back(std::move(new_wts[static_cast<size_t>(r)]));
-      scores.push_back(new_scores[static_cast<size_t>(r)]);
-      rows_next.push_back(next_rows[static_cast<size_t>(r)]);
-      tok_next.push_back(next_tok[static_cast<size_t>(r)]);
+    torch::Tensor next_rows = choice.rows, next_tokens = choice.tokens;
+    scores = choice.scores;
+    if (static_cast<int64_t>(still.size()) != P) {  // sentences leave: one copy of their positions to the device
+      const torch::Tensor keep = (to_device(still, device).unsqueeze(1) * K + torch::arange(K, long_opts)).view(-1);
+      mem = mem.index_select(keep);
+      next_rows = next_rows.index_select(0, keep);
+      next_tokens = next_tokens.index_select(0, keep);
+      scores = scores.index_select(0, keep);
+      first_row = first_row.narrow(0, 0, static_cast<int64_t>(still.size()));
     }
-    // The next step's rows and tokens go to the device in copies that do not wait (the step's one wait is the read above).
-    if (still.size() != active.size()) mem = mem.index_select(to_device(keep, device));
-    active = std::move(still);
-    state = state.index_select(to_device(rows_next, device));
-    y = to_device(tok_next, device);
+    rows.clear();
+    std::vector<int64_t> now_active;
+    for (int64_t p : still) {
+      now_active.push_back(active[static_cast<size_t>(p)]);
+      for (int64_t k = 0; k < K; ++k) rows.push_back(std::move(next[static_cast<size_t>(p * K + k)]));
+    }
+    active = std::move(now_active);
+    state = state.index_select(next_rows);
+    y = next_tokens;
   }
   std::vector<std::vector<Hypothesis>> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
