@@ -18,6 +18,7 @@
 
 #include <ATen/Context.h>
 #include <torch/cuda.h>
+#include "common/progress.h"
 #include "common/config.h"
 #include "common/dispatch_count.h"
 #include "common/errors.h"
@@ -38,7 +39,6 @@
 namespace attnmt::cli {
 
 namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 double peak_rss_mb() {
   rusage u{};
@@ -51,10 +51,10 @@ double best_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, int reps)
   torch::NoGradGuard ng;
   double best = 1e9;
   for (int i = 0; i < reps; ++i) {
-    double t0 = now_s();
+    double t0 = monotonic_s();
     torch::Tensor c = torch::mm(a, b);
     if (c.is_cuda()) torch::cuda::synchronize(c.device().index());
-    best = std::min(best, now_s() - t0);
+    best = std::min(best, monotonic_s() - t0);
   }
   return best;
 }
@@ -67,10 +67,10 @@ double best_packed_mm_seconds(const torch::Tensor& a, const torch::Tensor& b, in
   const ScopedKernelMode kernels(KernelMode::kAuto);  // the machine's rate, under either --kernels
   double best = 1e9;
   for (int i = 0; i < reps; ++i) {
-    double t0 = now_s();
+    double t0 = monotonic_s();
     PackedLinear packed;
     torch::Tensor c = packed(a, b.t(), torch::Tensor());
-    best = std::min(best, now_s() - t0);
+    best = std::min(best, monotonic_s() - t0);
   }
   return best;
 }
@@ -107,9 +107,9 @@ double packed_gflops(const torch::Device& dev, int64_t M, int64_t K, int64_t N, 
   packed(x, w, b);  // packs W once, as a decoder does for a whole search
   double best = 1e9;
   for (int i = 0; i < reps; ++i) {
-    const double t0 = now_s();
+    const double t0 = monotonic_s();
     packed(x, w, b);
-    best = std::min(best, now_s() - t0);
+    best = std::min(best, monotonic_s() - t0);
   }
   return 2.0 * static_cast<double>(M * K * N) / best / 1e9;
 }
@@ -345,9 +345,9 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               const CommStats before = dist ? dist->stats() : CommStats{};
               double dt = 0;
               for (int i = 0; i < opt->steps; ++i) {
-                double t0 = now_s();
+                double t0 = monotonic_s();
                 train_step();
-                dt += now_s() - t0;
+                dt += monotonic_s() - t0;
                 if (!dist) sampler.sample();
               }
               r.train_step_count = counted(train_step);
@@ -390,9 +390,9 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 const int reps = 3;
                 double gdt = 0;
                 for (int i = 0; i < reps; ++i) {
-                  double g0 = now_s();
+                  double g0 = monotonic_s();
                   greedy_search(model, src_only, gs, dev);
-                  gdt += now_s() - g0;
+                  gdt += monotonic_s() - g0;
                   sampler.sample();
                 }
                 gdt /= reps;
@@ -422,9 +422,9 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
                 double bdt = 0, sdt = 0, batched_flops = 0, single_flops = 0;
                 auto timed_beam = [&](const Batch& b, double& seconds, double& flops) {
                   SearchStats st;
-                  double t0 = now_s();
+                  double t0 = monotonic_s();
                   beam_search(model, b, bs, dev, &st);
-                  seconds += now_s() - t0;
+                  seconds += monotonic_s() - t0;
                   flops += beam_flops(b, st);
                 };
                 for (int round = 0; round < rounds; ++round) {

@@ -8,9 +8,7 @@
 
 namespace attnmt {
 
-namespace {
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-}  // namespace
+double monotonic_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
@@ -36,7 +34,7 @@ std::string progress_text(const std::string& what, int64_t done, int64_t total, 
 }
 
 ProgressLine::ProgressLine(std::string what, int64_t total, double delay_s, bool force)
-    : what_(std::move(what)), total_(total), delay_s_(delay_s), start_s_(now_s()), enabled_(force || ::isatty(STDERR_FILENO) != 0) {}
+    : what_(std::move(what)), total_(total), delay_s_(delay_s), start_s_(monotonic_s()), enabled_(force || ::isatty(STDERR_FILENO) != 0) {}
 
 ProgressLine::~ProgressLine() {
   if (drawn_) std::fprintf(stderr, "\r\033[K");
@@ -44,7 +42,7 @@ ProgressLine::~ProgressLine() {
 
 void ProgressLine::update(int64_t done) {
   if (!enabled_) return;
-  const double now = now_s();
+  const double now = monotonic_s();
   if (now - start_s_ < delay_s_ || now - last_s_ < 0.25) return;
   last_s_ = now;
   std::fprintf(stderr, "\r\033[K%s", progress_text(what_, done, total_, now - start_s_).c_str());

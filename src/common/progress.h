@@ -6,6 +6,9 @@
 
 namespace attnmt {
 
+// Seconds on a monotonic clock, for intervals.
+double monotonic_s();
+
 // "42 s", "3:07", "1:02:09".
 std::string format_duration(double seconds);
 

@@ -41,8 +41,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
-double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
-
 // Three significant digits, for figures that span orders of magnitude (variances, gradient norms).
 std::string sci(double v) {
   if (!std::isfinite(v)) return "n/a";
@@ -732,10 +730,10 @@ Measured measure(const std::function<void()>& fn) {
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
   });
-  const double t0 = now_s();
+  const double t0 = monotonic_s();
   fn();
   Measured m;
-  m.seconds = now_s() - t0;
+  m.seconds = monotonic_s() - t0;
   stop.store(true);
   sampler.join();
   m.peak_bytes = std::max<int64_t>(peak.load(), allocated_bytes() - base);
@@ -1171,7 +1169,7 @@ const std::vector<std::string>& lab_experiments() {
 }
 
 LabReport run_lab_experiment(const std::string& name, const LabOptions& opt) {
-  const double t0 = now_s();
+  const double t0 = monotonic_s();
   LabReport rep;
   if (name == "bottleneck") rep = bottleneck(opt);
   else if (name == "scaling") rep = scaling(opt);
@@ -1186,7 +1184,7 @@ LabReport run_lab_experiment(const std::string& name, const LabOptions& opt) {
     for (const auto& n : lab_experiments()) valid += (valid.empty() ? "" : ", ") + n;
     throw UsageError("lab: unknown experiment '" + name + "'. Valid options: " + valid + ", all");
   }
-  rep.seconds = now_s() - t0;
+  rep.seconds = monotonic_s() - t0;
   write_report(opt, rep);
   write_lab_index(opt);
   spdlog::info("lab {}: {} ({:.1f} min)", name, opt.out + "/" + name + "/index.html", rep.seconds / 60);

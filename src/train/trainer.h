@@ -127,7 +127,13 @@ class Trainer {
   bool time_up_ = false;
 };
 
+// Trains cfg's run (src/train/train_loop.cpp): reads everything first, then writes run_dir (config, vocabularies,
+// train.log, metrics, curves, checkpoints) as training goes; SIGINT/SIGTERM stop it at the next step with last.pt.
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
+
+// The corpus of cfg read, filtered and encoded; the vocabularies built, or loaded from run_dir (load_vocab, on resume);
+// SentencePiece models trained or read for a new sentencepiece run.
+RunData prepare_data(const Config& cfg, bool load_vocab);
 
 // The rows of a batch (example indices) that rank `rank` of `world` trains on: a contiguous slice,
 // as equal as possible; may be empty when the batch has fewer rows than ranks.
