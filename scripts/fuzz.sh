@@ -23,7 +23,7 @@ bash scripts/setup.sh >/dev/null
 
 OUT=build-fuzz
 mkdir -p "$OUT"
-SOURCES="src/common/config.cpp src/common/fs.cpp src/data/text.cpp src/data/corpus.cpp src/data/tokenizer.cpp src/data/vocab.cpp src/eval/bleu.cpp src/eval/chrf.cpp src/serve/request.cpp"
+SOURCES="src/common/config.cpp src/common/config_keys.cpp src/common/fs.cpp src/data/text.cpp src/data/corpus.cpp src/data/tokenizer.cpp src/data/vocab.cpp src/eval/bleu.cpp src/eval/chrf.cpp src/serve/request.cpp"
 VERSION=$(sed -n "s/^project(attnmt VERSION \([0-9.]*\).*/\1/p" CMakeLists.txt)
 FLAGS="-DATTNMT_VERSION=\"$VERSION\" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc -Itests/fuzz"
 # The library objects once (without the fuzzer's main), then one binary per target.
