@@ -141,108 +141,129 @@ class LineReader {
   bool eof_ = false;
   bool first_ = true;  // the next line is the first one
 };
-}  // namespace
 
-Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
-  struct Options {
-    std::string run;                  // run directory
-    int beam = 0;                     // 0 = the config's eval.beam_size
-    std::string input, output;        // files; stdin/stdout when empty
-    std::string checkpoint = "best";  // best | last | a checkpoint file
-    OutputFormat fmt;
-  };
-  auto opt = std::make_shared<Options>();
-  auto* app = parent.add_subcommand("translate", "Translate lines from a file or stdin with a trained run");
-  app->add_option("--run,-r", opt->run, "Run directory")->required();
-  app->add_option("--beam", opt->beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
-  app->add_option("--input,-i", opt->input, "Input file (default: stdin)");
-  app->add_option("--output,-o", opt->output, "Output file (default: stdout)");
-  app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")
+struct TranslateOptions {
+  std::string run;                  // run directory
+  int beam = 0;                     // 0 = the config's eval.beam_size
+  std::string input, output;        // files; stdin/stdout when empty
+  std::string checkpoint = "best";  // best | last | a checkpoint file
+  OutputFormat fmt;
+};
+
+void add_translate_options(CLI::App* app, TranslateOptions& o) {
+  app->add_option("--run,-r", o.run, "Run directory")->required();
+  app->add_option("--beam", o.beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
+  app->add_option("--input,-i", o.input, "Input file (default: stdin)");
+  app->add_option("--output,-o", o.output, "Output file (default: stdout)");
+  app->add_option("--checkpoint", o.checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")
       ->capture_default_str();
-  app->add_option("--nbest", opt->fmt.nbest, "Hypotheses per input line, best first (at most the beam size)")
+  app->add_option("--nbest", o.fmt.nbest, "Hypotheses per input line, best first (at most the beam size)")
       ->capture_default_str()
       ->check(CLI::Range(1, 100));
-  auto* alignment = app->add_option("--alignment", opt->fmt.alignment,
+  auto* alignment = app->add_option("--alignment", o.fmt.alignment,
                   "Word alignment from the attention that produced each hypothesis: hard (Pharaoh i-j, source-target, "
                   "0-based: the most attended source token per target token) or soft (the weights, one row per target "
                   "token). Multi-head attention: the mean over heads")
       ->check(CLI::IsMember({"hard", "soft"}));
-  app->add_option("--alignment-threshold", opt->fmt.threshold,
+  app->add_option("--alignment-threshold", o.fmt.threshold,
                   "hard: every source token whose weight exceeds this, instead of the most attended one")
       ->check(CLI::Range(0.0, 1.0))
       ->needs(alignment);
-  app->add_option("--format", opt->fmt.format,
+  app->add_option("--format", o.fmt.format,
                   "text: one line per hypothesis (with --nbest > 1: index ||| text ||| score ||| log-probability; an "
                   "alignment follows ' ||| '); tsv: translation<TAB>alignment; jsonl: {src, hyps: [{text, tokens, "
                   "score, logprob, alignment}]} per input line")
       ->capture_default_str()
       ->check(CLI::IsMember({"text", "tsv", "jsonl"}));
-  return {app, [opt, &g]() -> int {
-            if (opt->fmt.threshold > 0 && opt->fmt.alignment != "hard")
-              throw UsageError("--alignment-threshold applies to --alignment hard only");
-            LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
-            SearchOptions so = search_options(run.cfg.eval, opt->beam);
-            if (opt->fmt.nbest > so.beam_size)
-              throw UsageError("--nbest " + std::to_string(opt->fmt.nbest) + " exceeds the beam size " + std::to_string(so.beam_size) +
-                               " (a beam search keeps at most that many hypotheses); raise --beam");
-            if (!opt->fmt.alignment.empty() && !run.model->decoder->has_attention())
-              throw UsageError(opt->run + ": --alignment: attention type 'none' has no attention weights to align with");
-            so.nbest = opt->fmt.nbest;
-            so.keep_weights = !opt->fmt.alignment.empty();
-            int fd = 0;
-            if (!opt->input.empty()) {
-              fd = ::open(opt->input.c_str(), O_RDONLY);
-              if (fd < 0) throw UsageError(opt->input + ": cannot open file");
-            }
-            std::string tmp_out = opt->output.empty() ? "" : opt->output + ".tmp." + std::to_string(::getpid());
-            std::ofstream file;
-            if (!tmp_out.empty()) {
-              file.open(tmp_out, std::ios::binary | std::ios::trunc);
-              if (!file) throw UsageError(opt->output + ": cannot open for writing");
-            }
-            std::ostream& out = tmp_out.empty() ? std::cout : file;
-            LineReader reader(fd);
-            std::unique_ptr<ProgressLine> progress;  // a file's size is known: show progress and time left on a terminal
-            if (fd != 0) progress = std::make_unique<ProgressLine>("translating", static_cast<int64_t>(count_lines(opt->input)));
-            std::vector<std::string> pending;
-            std::string line;
-            int64_t count = 0;
-            auto flush = [&]() {
-              if (pending.empty()) return;
-              for (size_t i = 0; i < pending.size(); ++i)
-                if (find_invalid_utf8(pending[i]) != std::string::npos)
-                  throw UsageError((opt->input.empty() ? std::string("stdin") : opt->input) + ":" +
-                                   std::to_string(count + static_cast<int64_t>(i) + 1) + ": invalid UTF-8");
-              auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
-              if (so.keep_weights && run.tok.subword())  // alignments between words, not pieces
-                for (auto& hyps : results)
-                  for (auto& t : hyps) t = word_level(run, t);
-              for (size_t i = 0; i < results.size(); ++i)
-                out << format_result(count + static_cast<int64_t>(i), pending[i], results[i], opt->fmt);
-              out.flush();
-              count += static_cast<int64_t>(pending.size());
-              if (progress) progress->update(count);
-              pending.clear();
-            };
-            try {
-              while (reader.next(line)) {
-                pending.push_back(line);
-                if (static_cast<int>(pending.size()) >= run.cfg.eval.batch_size || !reader.ready()) flush();
-              }
-              flush();
-            } catch (...) {
-              if (!tmp_out.empty()) std::remove(tmp_out.c_str());
-              throw;
-            }
-            if (fd != 0) ::close(fd);
-            if (!tmp_out.empty()) {
-              file.close();
-              if (!file || std::rename(tmp_out.c_str(), opt->output.c_str()) != 0)
-                throw Error(opt->output + ": cannot write output");
-            }
-            spdlog::info("translated {} lines", count);
-            return 0;
-          }};
+}
+
+// The search the options ask for, checked against the run (n-best within the beam, alignments need attention).
+SearchOptions translate_search(const LoadedRun& run, const TranslateOptions& o) {
+  SearchOptions so = search_options(run.cfg.eval, o.beam);
+  if (o.fmt.nbest > so.beam_size)
+    throw UsageError("--nbest " + std::to_string(o.fmt.nbest) + " exceeds the beam size " + std::to_string(so.beam_size) +
+                     " (a beam search keeps at most that many hypotheses); raise --beam");
+  if (!o.fmt.alignment.empty() && !run.model->decoder->has_attention())
+    throw UsageError(o.run + ": --alignment: attention type 'none' has no attention weights to align with");
+  so.nbest = o.fmt.nbest;
+  so.keep_weights = !o.fmt.alignment.empty();
+  return so;
+}
+
+// Translates every line READER gives, in batches of the run's eval.batch_size (sooner when the input pauses), to OUT.
+// Returns the number of lines.
+int64_t translate_stream(LoadedRun& run, const SearchOptions& so, const TranslateOptions& o, LineReader& reader,
+                         std::ostream& out, ProgressLine* progress) {
+  std::vector<std::string> pending;
+  std::string line;
+  int64_t count = 0;
+  auto flush = [&]() {
+    if (pending.empty()) return;
+    for (size_t i = 0; i < pending.size(); ++i)
+      if (find_invalid_utf8(pending[i]) != std::string::npos)
+        throw UsageError((o.input.empty() ? std::string("stdin") : o.input) + ":" +
+                         std::to_string(count + static_cast<int64_t>(i) + 1) + ": invalid UTF-8");
+    auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
+    if (so.keep_weights && run.tok.subword())  // alignments between words, not pieces
+      for (auto& hyps : results)
+        for (auto& t : hyps) t = word_level(run, t);
+    for (size_t i = 0; i < results.size(); ++i)
+      out << format_result(count + static_cast<int64_t>(i), pending[i], results[i], o.fmt);
+    out.flush();
+    count += static_cast<int64_t>(pending.size());
+    if (progress) progress->update(count);
+    pending.clear();
+  };
+  while (reader.next(line)) {
+    pending.push_back(line);
+    if (static_cast<int>(pending.size()) >= run.cfg.eval.batch_size || !reader.ready()) flush();
+  }
+  flush();
+  return count;
+}
+
+int run_translate(const TranslateOptions& o, const GlobalOptions& g) {
+  if (o.fmt.threshold > 0 && o.fmt.alignment != "hard") throw UsageError("--alignment-threshold applies to --alignment hard only");
+  LoadedRun run = load_run(o.run, o.checkpoint, g.device);
+  const SearchOptions so = translate_search(run, o);
+  int fd = 0;
+  if (!o.input.empty()) {
+    fd = ::open(o.input.c_str(), O_RDONLY);
+    if (fd < 0) throw UsageError(o.input + ": cannot open file");
+  }
+  std::string tmp_out = o.output.empty() ? "" : o.output + ".tmp." + std::to_string(::getpid());
+  std::ofstream file;
+  if (!tmp_out.empty()) {
+    file.open(tmp_out, std::ios::binary | std::ios::trunc);
+    if (!file) throw UsageError(o.output + ": cannot open for writing");
+  }
+  std::ostream& out = tmp_out.empty() ? std::cout : file;
+  LineReader reader(fd);
+  std::unique_ptr<ProgressLine> progress;  // a file's size is known: show progress and time left on a terminal
+  if (fd != 0) progress = std::make_unique<ProgressLine>("translating", static_cast<int64_t>(count_lines(o.input)));
+  int64_t count = 0;
+  try {
+    count = translate_stream(run, so, o, reader, out, progress.get());
+  } catch (...) {
+    if (!tmp_out.empty()) std::remove(tmp_out.c_str());
+    throw;
+  }
+  if (fd != 0) ::close(fd);
+  if (!tmp_out.empty()) {
+    file.close();
+    if (!file || std::rename(tmp_out.c_str(), o.output.c_str()) != 0) throw Error(o.output + ": cannot write output");
+  }
+  spdlog::info("translated {} lines", count);
+  return 0;
+}
+
+}  // namespace
+
+Command setup_translate(CLI::App& parent, const GlobalOptions& g) {
+  auto opt = std::make_shared<TranslateOptions>();
+  auto* app = parent.add_subcommand("translate", "Translate lines from a file or stdin with a trained run");
+  add_translate_options(app, *opt);
+  return {app, [opt, &g]() -> int { return run_translate(*opt, g); }};
 }
 
 }  // namespace attnmt::cli

@@ -38,14 +38,8 @@ void set_arithmetic(const attnmt::cli::GlobalOptions& g) {
     throw UsageError("--precision must be fp32, tf32 or bf16, got '" + g.precision + "'");
   set_precision(p);
 }
-}  // namespace
 
-int main(int argc, char** argv) {
-  using namespace attnmt;
-  CLI::App app{"attnmt: RNN encoder-decoder translation with and without attention", "attnmt"};
-  app.require_subcommand(1);
-  app.set_version_flag("--version", [] { return std::string("attnmt ") + ATTNMT_VERSION + " (" + build_description() + ")"; });
-  cli::GlobalOptions g;
+void add_global_options(CLI::App& app, attnmt::cli::GlobalOptions& g) {
   app.add_option("--log-level", g.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
   app.add_option("--threads", g.threads, "BLAS threads (0 = all cores)")->capture_default_str();
   app.add_option("--intra-threads", g.intra_threads,
@@ -58,16 +52,11 @@ int main(int argc, char** argv) {
   app.add_option("--precision", g.precision,
                  "fp32|tf32|bf16: float32; float32 products and cuDNN in TF32 on CUDA; or forward passes autocast to "
                  "bfloat16 (default: fp32, for train the config's train.precision)");
+}
 
-  std::vector<cli::Command> commands = {
-      cli::setup_train(app, g),     cli::setup_evaluate(app, g), cli::setup_translate(app, g),
-      cli::setup_attention(app, g), cli::setup_bleu(app, g),     cli::setup_corpus(app, g),
-      cli::setup_compare(app, g),   cli::setup_bench(app, g),      cli::setup_config(app, g),
-      cli::setup_average(app, g),    cli::setup_lab(app, g),       cli::setup_serve(app, g),
-  };
-  for (auto& c : commands) c.app->fallthrough();  // global flags may follow the subcommand name
-
-  // CLI11 reports a misspelled subcommand as "A subcommand is required"; name it instead.
+// CLI11 reports a misspelled subcommand as "A subcommand is required"; this names it instead. False (and the error
+// said) when the first word that is neither a global option nor its value names no subcommand.
+bool subcommand_known(const CLI::App& app, const std::vector<attnmt::cli::Command>& commands, int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (const CLI::Option* o = app.get_option_no_throw(a); o && o->get_expected_min() > 0) {
@@ -77,16 +66,75 @@ int main(int argc, char** argv) {
     if (!a.empty() && a[0] == '-') continue;
     bool known = false;
     std::string names;
-    for (auto& c : commands) {
+    for (const auto& c : commands) {
       known = known || c.app->check_name(a);
       names += (names.empty() ? "" : ", ") + c.app->get_name();
     }
-    if (!known) {
-      std::cerr << "attnmt: error: unknown subcommand '" << a << "' (choose from " << names << ")\n";
-      return kExitUsage;
-    }
-    break;
+    if (!known) std::cerr << "attnmt: error: unknown subcommand '" << a << "' (choose from " << names << ")\n";
+    return known;
   }
+  return true;
+}
+
+// Logging (rank 0 speaks for a data-parallel job; the other ranks only warn and fail, under their rank), threads
+// (workers on one machine share its cores unless --threads says otherwise) and the arithmetic.
+void set_up_process(const attnmt::cli::GlobalOptions& g) {
+  using namespace attnmt;
+  setup_logging(g.log_level);
+  if (const char* r = std::getenv("RANK"); r && std::atoi(r) > 0) {
+    spdlog::set_pattern(std::string("[%H:%M:%S] [%^%l%$] [rank ") + r + "] %v");
+    if (spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
+  }
+  int threads = g.threads;
+  if (const char* lw = std::getenv("LOCAL_WORLD_SIZE"); lw && threads == 0 && std::atoi(lw) > 1)
+    threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::atoi(lw));
+  ThreadInfo t = setup_threads(threads, g.intra_threads);
+  spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
+  spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
+               t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
+  set_arithmetic(g);
+}
+
+// Runs the chosen subcommand; every error becomes one line and its exit code.
+int run_command(const CLI::App& app, const std::vector<attnmt::cli::Command>& commands,
+                const attnmt::cli::GlobalOptions& g) {
+  using namespace attnmt;
+  try {
+    set_up_process(g);
+    for (const auto& c : commands)
+      if (app.got_subcommand(c.app)) return c.run();
+    return kExitUsage;
+  } catch (const UsageError& e) {
+    spdlog::error("{}", e.what());
+    return kExitUsage;
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());
+    return kExitFailure;
+  } catch (const c10::Error& e) {
+    spdlog::error("torch: {}", e.what_without_backtrace());
+    return kExitFailure;
+  } catch (const std::exception& e) {
+    spdlog::error("{}", e.what());
+    return kExitFailure;
+  }
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace attnmt;
+  CLI::App app{"attnmt: RNN encoder-decoder translation with and without attention", "attnmt"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", [] { return std::string("attnmt ") + ATTNMT_VERSION + " (" + build_description() + ")"; });
+  cli::GlobalOptions g;
+  add_global_options(app, g);
+  std::vector<cli::Command> commands = {
+      cli::setup_train(app, g),     cli::setup_evaluate(app, g), cli::setup_translate(app, g),
+      cli::setup_attention(app, g), cli::setup_bleu(app, g),     cli::setup_corpus(app, g),
+      cli::setup_compare(app, g),   cli::setup_bench(app, g),      cli::setup_config(app, g),
+      cli::setup_average(app, g),    cli::setup_lab(app, g),       cli::setup_serve(app, g),
+  };
+  for (auto& c : commands) c.app->fallthrough();  // global flags may follow the subcommand name
+  if (!subcommand_known(app, commands, argc, argv)) return kExitUsage;
 
   // Past a file-size limit (ulimit -f) a write then fails with EFBIG and is reported like a full disk,
   // instead of the default SIGXFSZ killing the process halfway through a file.
@@ -105,36 +153,5 @@ int main(int argc, char** argv) {
   // one (may re-execute the process; common/runtime.h says how a user's OPENBLAS_CORETYPE is kept).
   choose_blas_kernel(argv);
   if (const char* spm = std::getenv("ATTNMT_SPM_HELPER"); spm && *spm) set_spm_helper_path(spm);  // else beside attnmt
-  try {
-    setup_logging(g.log_level);
-    // In a data-parallel job rank 0 speaks for all; the other ranks only warn and fail, under their rank.
-    if (const char* r = std::getenv("RANK"); r && std::atoi(r) > 0) {
-      spdlog::set_pattern(std::string("[%H:%M:%S] [%^%l%$] [rank ") + r + "] %v");
-      if (spdlog::get_level() < spdlog::level::warn) spdlog::set_level(spdlog::level::warn);
-    }
-    // Data-parallel workers on one machine share its cores unless --threads says otherwise.
-    int threads = g.threads;
-    if (const char* lw = std::getenv("LOCAL_WORLD_SIZE"); lw && threads == 0 && std::atoi(lw) > 1)
-      threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / std::atoi(lw));
-    ThreadInfo t = setup_threads(threads, g.intra_threads);
-    spdlog::debug("threads: LibTorch intra-op {}, BLAS {} ({})", t.intra_op, t.blas, t.blas_name);
-    spdlog::info("threads: LibTorch intra-op {}, BLAS {}; BLAS kernel {}", t.intra_op,
-                 t.blas < 0 ? std::string("n/a (") + t.blas_name + ")" : std::to_string(t.blas), blas_kernel_choice());
-    set_arithmetic(g);
-    for (auto& c : commands)
-      if (app.got_subcommand(c.app)) return c.run();
-    return kExitUsage;
-  } catch (const UsageError& e) {
-    spdlog::error("{}", e.what());
-    return kExitUsage;
-  } catch (const Error& e) {
-    spdlog::error("{}", e.what());
-    return kExitFailure;
-  } catch (const c10::Error& e) {
-    spdlog::error("torch: {}", e.what_without_backtrace());
-    return kExitFailure;
-  } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
-    return kExitFailure;
-  }
+  return run_command(app, commands, g);
 }

@@ -18,6 +18,7 @@
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -76,53 +77,71 @@ int train(const std::string& vocab_size, const std::string& model_type, const st
   return std::cout.flush() ? 0 : 1;
 }
 
-int serve() {
+// The two models (source, target) sent after a "SRC_BYTES TGT_BYTES" line. False when the stream ends early; a model
+// that does not load is answered with "!..." and *ANSWERED set.
+bool load_models(sentencepiece::SentencePieceProcessor (&sp)[2], bool* answered) {
   size_t n_src = 0, n_tgt = 0;
   std::string header;
-  if (!std::getline(std::cin, header) || std::sscanf(header.c_str(), "%zu %zu", &n_src, &n_tgt) != 2) return 1;
+  if (!std::getline(std::cin, header) || std::sscanf(header.c_str(), "%zu %zu", &n_src, &n_tgt) != 2) return false;
   std::string src(n_src, '\0'), tgt(n_tgt, '\0');
   if (!std::cin.read(&src[0], static_cast<std::streamsize>(n_src)) || !std::cin.read(&tgt[0], static_cast<std::streamsize>(n_tgt)))
-    return 1;
-  sentencepiece::SentencePieceProcessor sp[2];
+    return false;
   for (int k = 0; k < 2; ++k) {
     const auto st = sp[k].LoadFromSerializedProto(k == 0 ? src : tgt);
     if (!st.ok() || sp[k].GetPieceSize() <= 0) {
       std::cout << "!" << (k == 0 ? "source" : "target") << " model: not a SentencePiece model (" << reason(st) << ")\n" << std::flush;
-      return 0;
+      *answered = true;
+      return false;
     }
   }
-  std::cout << "ok\n" << std::flush;
+  return true;
+}
+
+// PAYLOAD's pieces joined by kSep.
+sentencepiece::util::Status encode(const sentencepiece::SentencePieceProcessor& p, const std::string& payload, std::string* out) {
   std::vector<std::string> pieces;
+  const auto st = p.Encode(payload, &pieces);
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (i) out->push_back(kSep);
+    *out += pieces[i];
+  }
+  return st;
+}
+
+// The text of PAYLOAD's kSep-separated pieces, on one line.
+sentencepiece::util::Status decode(const sentencepiece::SentencePieceProcessor& p, const std::string& payload, std::string* out) {
+  std::vector<std::string> pieces;
+  size_t start = 0;
+  while (start <= payload.size() && !payload.empty()) {
+    const size_t end = payload.find(kSep, start);
+    pieces.push_back(payload.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  const auto st = p.Decode(pieces, out);
+  std::replace(out->begin(), out->end(), '\n', ' ');
+  return st;
+}
+
+bool well_formed(const std::string& req) {
+  return req.size() >= 3 && (req[0] == 'e' || req[0] == 'd') && (req[1] == 's' || req[1] == 't') && req[2] == '\t';
+}
+
+int serve() {
+  sentencepiece::SentencePieceProcessor sp[2];
+  bool answered = false;
+  if (!load_models(sp, &answered)) return answered ? 0 : 1;
+  std::cout << "ok\n" << std::flush;
   std::string out;
   for (std::string req; std::getline(std::cin, req);) {
-    if (req.size() < 3 || (req[0] != 'e' && req[0] != 'd') || (req[1] != 's' && req[1] != 't') || req[2] != '\t') {
+    if (!well_formed(req)) {
       std::cout << "!malformed request\n" << std::flush;
       continue;
     }
     const auto& p = sp[req[1] == 's' ? 0 : 1];
     const std::string payload = req.substr(3);
     out.clear();
-    sentencepiece::util::Status st;
-    if (req[0] == 'e') {
-      pieces.clear();
-      st = p.Encode(payload, &pieces);
-      for (size_t i = 0; i < pieces.size(); ++i) {
-        if (i) out.push_back(kSep);
-        out += pieces[i];
-      }
-    } else {
-      pieces.clear();
-      size_t start = 0;
-      while (start <= payload.size() && !payload.empty()) {
-        const size_t end = payload.find(kSep, start);
-        pieces.push_back(payload.substr(start, end == std::string::npos ? std::string::npos : end - start));
-        if (end == std::string::npos) break;
-        start = end + 1;
-      }
-      st = p.Decode(pieces, &out);
-      for (char& c : out)
-        if (c == '\n') c = ' ';
-    }
+    const auto st = req[0] == 'e' ? encode(p, payload, &out) : decode(p, payload, &out);
     if (!st.ok()) out = "!" + reason(st);
     std::cout << out << '\n' << std::flush;
   }

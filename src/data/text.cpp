@@ -1,7 +1,11 @@
 #include "data/text.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <sstream>
+#include <utility>
 
 #include "common/errors.h"
 
@@ -111,29 +115,37 @@ std::string to_lower_utf8(std::string_view s) {
 
 namespace {
 
-// Length of the whitespace sequence starting at s[i] (0 if none): ASCII whitespace, the
-// separators U+001C..U+001F, U+0085, U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F,
-// U+205F and U+3000 — the characters Python's str.split() treats as whitespace.
+// The code point of the one-, two- or three-byte UTF-8 sequence at s[i] and its length; length 0 where there is none
+// (a longer or malformed sequence, an overlong form). Whitespace never needs four bytes.
+struct ShortCodePoint {
+  uint32_t cp = 0;
+  size_t len = 0;
+};
+ShortCodePoint decode_short(std::string_view s, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const auto continuation = [&](size_t k) { return i + k < s.size() && (byte(k) & 0xC0) == 0x80; };
+  const unsigned char c = byte(0);
+  if (c < 0x80) return {c, 1};
+  if (c >= 0xC2 && c <= 0xDF && continuation(1)) return {(c & 0x1Fu) << 6 | (byte(1) & 0x3Fu), 2};
+  if (c < 0xE0 || c > 0xEF || !continuation(1) || !continuation(2)) return {};
+  const uint32_t cp = (c & 0x0Fu) << 12 | (byte(1) & 0x3Fu) << 6 | (byte(2) & 0x3Fu);
+  return cp < 0x800 ? ShortCodePoint{} : ShortCodePoint{cp, 3};
+}
+
+// The characters Python's str.split() treats as whitespace: ASCII whitespace, the separators U+001C..U+001F, U+0085,
+// U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F and U+3000.
+bool is_split_space(uint32_t cp) {
+  static constexpr std::pair<uint32_t, uint32_t> kRanges[] = {{0x09, 0x0D}, {0x1C, 0x20},     {0x85, 0x85},
+                                                              {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A},
+                                                              {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
+                                                              {0x3000, 0x3000}};
+  return std::any_of(std::begin(kRanges), std::end(kRanges), [&](const auto& r) { return cp >= r.first && cp <= r.second; });
+}
+
+// Length of the whitespace character starting at s[i] (0 if none).
 size_t whitespace_len(std::string_view s, size_t i) {
-  auto c = static_cast<unsigned char>(s[i]);
-  if (c == ' ' || (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x1F)) return 1;
-  if (c == 0xC2 && i + 1 < s.size()) {
-    auto d = static_cast<unsigned char>(s[i + 1]);
-    if (d == 0x85 || d == 0xA0) return 2;
-  }
-  if (c == 0xE1 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x9A &&
-      static_cast<unsigned char>(s[i + 2]) == 0x80)
-    return 3;
-  if (c == 0xE2 && i + 2 < s.size()) {
-    auto d = static_cast<unsigned char>(s[i + 1]);
-    auto e = static_cast<unsigned char>(s[i + 2]);
-    if (d == 0x80 && ((e >= 0x80 && e <= 0x8A) || e == 0xA8 || e == 0xA9 || e == 0xAF)) return 3;
-    if (d == 0x81 && e == 0x9F) return 3;
-  }
-  if (c == 0xE3 && i + 2 < s.size() && static_cast<unsigned char>(s[i + 1]) == 0x80 &&
-      static_cast<unsigned char>(s[i + 2]) == 0x80)
-    return 3;
-  return 0;
+  const ShortCodePoint c = decode_short(s, i);
+  return c.len > 0 && is_split_space(c.cp) ? c.len : 0;
 }
 
 void replace_all(std::string& s, std::string_view from, std::string_view to) {

@@ -95,6 +95,54 @@ json probe_json(int64_t step, const ScoreProbe& p) {
           {"score_grad_norm", p.grad_norm}};
 }
 
+// The probe's statistics at initialisation (the model train() starts from: the same seed, the same vocabularies) and at
+// each periodic checkpoint of the run.
+json probe_curve(const LabOptions& opt, const LabRun& r) {
+  LoadedRun best = load_run(r.dir(), "best", opt.device);
+  const Batch probe = probe_batch(best, 64);
+  json curve = json::array();
+  torch::manual_seed(static_cast<uint64_t>(r.cfg.train.seed));
+  Seq2Seq init(r.cfg.model, best.src_vocab.size(), best.tgt_vocab.size());
+  init->to(best.device);
+  curve.push_back(probe_json(0, probe_scores(init, probe, best.device)));
+  for (const auto& ck : RunDir(r.dir()).periodic_checkpoints()) {
+    LoadedRun at = load_run(r.dir(), ck, opt.device);
+    const std::string stem = fs::path(ck).stem().string();  // ckpt-<step>
+    curve.push_back(probe_json(std::stoll(stem.substr(5)), probe_scores(at.model, probe, at.device)));
+  }
+  return curve;
+}
+
+// Unscaled against scaled at each dimension (RUNS in pairs: scaled, unscaled). During training = the median over the
+// checkpoints.
+std::string scaling_finding(const json& runs, int steps) {
+  auto median_over_training = [](const json& curve, const char* key) {
+    std::vector<double> v;
+    for (size_t i = 1; i < curve.size(); ++i) v.push_back(curve[i][key].get<double>());
+    if (v.empty()) return std::nan("");
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  std::ostringstream f;
+  for (size_t k = 0; k + 1 < runs.size(); k += 2) {
+    const json &s = runs[k], &u = runs[k + 1];
+    const json &s0 = s["curve"].front(), &u0 = u["curve"].front();
+    const double vr = u0["score_variance"].get<double>() / std::max(1e-300, s0["score_variance"].get<double>());
+    const double gs = median_over_training(s["curve"], "score_grad_norm"), gu = median_over_training(u["curve"], "score_grad_norm");
+    f << "At d_k = " << s["dim"].get<int>() << ", both start from the same weights, so leaving out the factor multiplies the score "
+      << "variance at initialisation by exactly " << num(vr, 1) << "; the largest weight starts at "
+      << num(s0["mean_max_weight"].get<double>(), 3) << " scaled vs " << num(u0["mean_max_weight"].get<double>(), 3)
+      << " unscaled (the initial weights are small). During training the unscaled model's largest weight is "
+      << num(median_over_training(u["curve"], "mean_max_weight"), 3) << " (median over the checkpoints; scaled "
+      << num(median_over_training(s["curve"], "mean_max_weight"), 3) << "), its row entropy "
+      << num(median_over_training(u["curve"], "entropy"), 3) << " nats (scaled " << num(median_over_training(s["curve"], "entropy"), 3)
+      << "), and the gradient that reaches its scores " << sci(gu) << " against " << sci(gs) << " ("
+      << num(gs / std::max(1e-300, gu), 1) << "x smaller); after " << steps << " steps test BLEU is " << num(s["test_bleu"].get<double>())
+      << " scaled vs " << num(u["test_bleu"].get<double>()) << " unscaled. ";
+  }
+  return f.str();
+}
+
 }  // namespace
 
 LabReport scaling(const LabOptions& opt) {
@@ -118,20 +166,7 @@ LabReport scaling(const LabOptions& opt) {
                                "train.snapshot_sentences=0"});
       LabRun r = train_or_reuse(opt, name, cfg);
       const EvalResult e = test_eval(r, 5);
-      LoadedRun best = load_run(r.dir(), "best", opt.device);
-      const Batch probe = probe_batch(best, 64);
-      json curve = json::array();
-      {  // at initialisation: the model train() starts from (the same seed, the same vocabularies)
-        torch::manual_seed(static_cast<uint64_t>(cfg.train.seed));
-        Seq2Seq init(cfg.model, best.src_vocab.size(), best.tgt_vocab.size());
-        init->to(best.device);
-        curve.push_back(probe_json(0, probe_scores(init, probe, best.device)));
-      }
-      for (const auto& ck : RunDir(r.dir()).periodic_checkpoints()) {
-        LoadedRun at = load_run(r.dir(), ck, opt.device);
-        const std::string stem = fs::path(ck).stem().string();  // ckpt-<step>
-        curve.push_back(probe_json(std::stoll(stem.substr(5)), probe_scores(at.model, probe, at.device)));
-      }
+      const json curve = probe_curve(opt, r);
       const std::string label = "d=" + std::to_string(dim) + (scale ? " scaled" : " unscaled");
       Series v{label, {}, {}}, m{label, {}, {}}, h{label, {}, {}}, g{label, {}, {}};
       for (const auto& c : curve) {
@@ -178,32 +213,7 @@ LabReport scaling(const LabOptions& opt) {
   write_file_atomic(dir + "/gradients.svg", chart_row_svg({chart("row entropy", "nats", ent_s),
                                                            chart("gradient at the scores", "log10 norm", grad_s)}));
   rep.charts = {"scores.svg", "gradients.svg"};
-  // Finding: compare unscaled with scaled at each dimension. During training = the median over the checkpoints.
-  auto median_over_training = [](const json& curve, const char* key) {
-    std::vector<double> v;
-    for (size_t i = 1; i < curve.size(); ++i) v.push_back(curve[i][key].get<double>());
-    if (v.empty()) return std::nan("");
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  std::ostringstream f;
-  for (size_t k = 0; k + 1 < runs.size(); k += 2) {
-    const json &s = runs[k], &u = runs[k + 1];
-    const json &s0 = s["curve"].front(), &u0 = u["curve"].front();
-    const double vr = u0["score_variance"].get<double>() / std::max(1e-300, s0["score_variance"].get<double>());
-    const double gs = median_over_training(s["curve"], "score_grad_norm"), gu = median_over_training(u["curve"], "score_grad_norm");
-    f << "At d_k = " << s["dim"].get<int>() << ", both start from the same weights, so leaving out the factor multiplies the score "
-      << "variance at initialisation by exactly " << num(vr, 1) << "; the largest weight starts at "
-      << num(s0["mean_max_weight"].get<double>(), 3) << " scaled vs " << num(u0["mean_max_weight"].get<double>(), 3)
-      << " unscaled (the initial weights are small). During training the unscaled model's largest weight is "
-      << num(median_over_training(u["curve"], "mean_max_weight"), 3) << " (median over the checkpoints; scaled "
-      << num(median_over_training(s["curve"], "mean_max_weight"), 3) << "), its row entropy "
-      << num(median_over_training(u["curve"], "entropy"), 3) << " nats (scaled " << num(median_over_training(s["curve"], "entropy"), 3)
-      << "), and the gradient that reaches its scores " << sci(gu) << " against " << sci(gs) << " ("
-      << num(gs / std::max(1e-300, gu), 1) << "x smaller); after " << steps << " steps test BLEU is " << num(s["test_bleu"].get<double>())
-      << " scaled vs " << num(u["test_bleu"].get<double>()) << " unscaled. ";
-  }
-  rep.finding = f.str();
+  rep.finding = scaling_finding(runs, steps);
   return rep;
 }
 

@@ -45,13 +45,8 @@ bool bool_option(const json& it, const char* key, bool dflt) {
   return it[key].get<bool>();
 }
 
-}  // namespace
-
-TranslateRequest parse_translate_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models) {
-  if (static_cast<int64_t>(body.size()) > limits.max_request_bytes)
-    throw RequestError{413, "the request has " + std::to_string(body.size()) + " bytes, over the limit of " +
-                                std::to_string(limits.max_request_bytes) + " (--max-request-bytes)"};
-  if (models.empty()) throw RequestError{503, "no model is loaded"};
+// The body as a JSON list of items, within the sentence limit.
+json parse_body(const std::string& body, const ServeLimits& limits) {
   json req;
   try {
     req = json::parse(body);
@@ -63,7 +58,11 @@ TranslateRequest parse_translate_request(const std::string& body, const ServeLim
   if (static_cast<int64_t>(req.size()) > limits.max_sentences)
     throw RequestError{413, "the request has " + std::to_string(req.size()) + " sentences, over the limit of " +
                                 std::to_string(limits.max_sentences) + " (--max-sentences)"};
-  // The model: every item names the same one (or none: the first model).
+  return req;
+}
+
+// Checks each item's keys and returns the model "id" they all name (null: none, the first model).
+json shared_model_id(const json& req) {
   json id = nullptr;
   for (size_t i = 0; i < req.size(); ++i) {
     const json& it = req[i];
@@ -78,19 +77,23 @@ TranslateRequest parse_translate_request(const std::string& body, const ServeLim
     else if (this_id != id)
       throw RequestError{400, "all items of one request must name the same model \"id\" (item 0: " + id.dump() + ", " + item(i) + ": " + this_id.dump() + ")"};
   }
-  TranslateRequest r;
-  if (!id.is_null()) {
-    if (!id.is_number_integer() && !id.is_string()) throw RequestError{400, "\"id\" must be a model id (an integer) or a run's name"};
-    bool found = false;
-    for (size_t m = 0; m < models.size() && !found; ++m) {
-      found = id.is_string() ? id.get<std::string>() == models[m].name
-                             : (id.is_number_unsigned() || id.get<int64_t>() >= 0) && id.get<uint64_t>() == static_cast<uint64_t>(models[m].id);
-      if (found) r.model = m;
-    }
-    if (!found) throw RequestError{404, "no model with id " + id.dump() + " (GET /models lists them)"};
+  return id;
+}
+
+// The index in MODELS of the model ID names (an integer id or a run's name); 0 for null.
+size_t find_model(const json& id, const std::vector<ModelRef>& models) {
+  if (id.is_null()) return 0;
+  if (!id.is_number_integer() && !id.is_string()) throw RequestError{400, "\"id\" must be a model id (an integer) or a run's name"};
+  for (size_t m = 0; m < models.size(); ++m) {
+    const bool found = id.is_string() ? id.get<std::string>() == models[m].name
+                                      : (id.is_number_unsigned() || id.get<int64_t>() >= 0) && id.get<uint64_t>() == static_cast<uint64_t>(models[m].id);
+    if (found) return m;
   }
-  const ModelRef& model = models[r.model];
-  // Options: the first item's; the others must not ask for a different search.
+  throw RequestError{404, "no model with id " + id.dump() + " (GET /models lists them)"};
+}
+
+// The search options: the first item's; the others must not ask for a different search.
+void read_search_options(const json& req, const ModelRef& model, const ServeLimits& limits, TranslateRequest& r) {
   const json& first = req[0];
   r.beam = int_option(first, "beam_size", std::min(model.default_beam, limits.max_beam), 1, limits.max_beam);
   r.nbest = int_option(first, "n_best", 1, 1, r.beam);
@@ -105,6 +108,10 @@ TranslateRequest parse_translate_request(const std::string& body, const ServeLim
         bool_option(req[i], "align", align) != align || bool_option(req[i], "attention", attention) != attention)
       throw RequestError{400, item(i) + " asks for other options than item 0: one request, one set of beam_size, n_best, align, attention"};
   }
+}
+
+// Each item's source (valid UTF-8, within the word limit) and optional reference.
+void read_sentences(const json& req, const ServeLimits& limits, TranslateRequest& r) {
   for (size_t i = 0; i < req.size(); ++i) {
     std::string src = req[i]["src"].get<std::string>();
     if (find_invalid_utf8(src) != std::string::npos) throw RequestError{400, item(i) + ": \"src\" is not valid UTF-8"};
@@ -114,6 +121,20 @@ TranslateRequest parse_translate_request(const std::string& body, const ServeLim
     r.src.push_back(std::move(src));
     r.ref.push_back(req[i].contains("ref") ? std::optional<std::string>(req[i]["ref"].get<std::string>()) : std::nullopt);
   }
+}
+
+}  // namespace
+
+TranslateRequest parse_translate_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models) {
+  if (static_cast<int64_t>(body.size()) > limits.max_request_bytes)
+    throw RequestError{413, "the request has " + std::to_string(body.size()) + " bytes, over the limit of " +
+                                std::to_string(limits.max_request_bytes) + " (--max-request-bytes)"};
+  if (models.empty()) throw RequestError{503, "no model is loaded"};
+  const json req = parse_body(body, limits);
+  TranslateRequest r;
+  r.model = find_model(shared_model_id(req), models);
+  read_search_options(req, models[r.model], limits, r);
+  read_sentences(req, limits, r);
   return r;
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <csignal>
 #include <cstdlib>
@@ -60,6 +61,101 @@ std::vector<std::string> own_command_line() {
   return args;
 }
 
+// The environment every worker inherits: ours, less the variables that place a process in a group.
+std::vector<std::string> worker_base_env() {
+  std::vector<std::string> base_env;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    std::string k = kv.substr(0, kv.find('='));
+    if (k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" ||
+        k == "MASTER_PORT" || k == kLocalWorkerEnv)
+      continue;
+    base_env.push_back(kv);
+  }
+  return base_env;
+}
+
+// Starts rank R of NPROC: this program again, with the group's variables. -1 and errno-like code in *RC on failure.
+pid_t spawn_worker(std::vector<std::string> args, std::vector<std::string> env, int r, int nproc, int port, int* rc) {
+  env.push_back("RANK=" + std::to_string(r));
+  env.push_back("WORLD_SIZE=" + std::to_string(nproc));
+  env.push_back("LOCAL_RANK=" + std::to_string(r));
+  env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
+  env.push_back("MASTER_ADDR=127.0.0.1");
+  env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back(std::string(kLocalWorkerEnv) + "=1");
+  std::vector<char*> argv, envp;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  *rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
+  return *rc == 0 ? pid : -1;
+}
+
+void signal_all(const std::vector<pid_t>& pids, int sig) {
+  for (pid_t p : pids)
+    if (p > 0) ::kill(p, sig);
+}
+
+// What the workers ended with: the most telling code and its rank, and the stop signal forwarded to them (0: none).
+struct WorkersEnded {
+  int code = 0;
+  int rank = 0;
+  int forwarded = 0;
+};
+
+// Waits for every worker, forwarding SIGINT/SIGTERM. When one worker fails, the others notice at their next
+// collective and exit with 1 ("another rank exited") in some order; they get 2 s to do so, then SIGTERM, then SIGKILL
+// after 10 s. The code passed on is the most telling one of the workers that ended on their own: bad input (2) before
+// a crash (signal, other codes) before a runtime failure (1), which is also what a rank's lost peer gives.
+WorkersEnded wait_for_workers(std::vector<pid_t> pids) {
+  using clock = std::chrono::steady_clock;
+  const auto never = clock::time_point::max();
+  WorkersEnded end;
+  auto telling = [](int code) { return code == kExitUsage ? 3 : code == kExitFailure ? 1 : 2; };
+  size_t alive = pids.size();
+  bool stopping = false;
+  auto terminate_at = never, kill_at = never;
+  while (alive > 0) {
+    const int sig = g_forward_signal.load();
+    if (sig != 0 && sig != end.forwarded) {  // a stop request: every rank stops at the same step and rank 0 saves
+      signal_all(pids, sig);
+      end.forwarded = sig;
+    }
+    const auto now = clock::now();
+    if (now > terminate_at) {
+      signal_all(pids, SIGTERM);
+      stopping = true;
+      terminate_at = never;
+      kill_at = now + std::chrono::seconds(10);
+    }
+    if (now > kill_at) {
+      signal_all(pids, SIGKILL);
+      kill_at = never;
+    }
+    int status = 0;
+    const pid_t done = ::waitpid(-1, &status, WNOHANG);
+    if (done <= 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      continue;
+    }
+    const auto it = std::find(pids.begin(), pids.end(), done);
+    if (it == pids.end()) continue;
+    *it = -1;
+    --alive;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 0 || stopping) continue;  // workers we stopped say nothing about the cause
+    if (end.code == 0 || telling(code) > telling(end.code)) {
+      end.code = code;
+      end.rank = static_cast<int>(it - pids.begin());
+    }
+    if (alive > 0 && end.forwarded == 0 && terminate_at == never) terminate_at = clock::now() + std::chrono::seconds(2);
+  }
+  return end;
+}
+
 }  // namespace
 
 bool wants_local_launch(int nproc, const DistSpec& spec) {
@@ -77,110 +173,39 @@ int launch_local_workers(int nproc, const torch::Device& device) {
                        " CUDA device(s) visible, and each rank takes one (use --nproc " + std::to_string(visible) +
                        " or --device cpu)");
   }
-  std::vector<std::string> args = own_command_line();
+  const std::vector<std::string> args = own_command_line();
   const int port = free_loopback_port();
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   spdlog::info("launching {} workers on 127.0.0.1:{} ({} core(s) each unless --threads says otherwise)", nproc, port,
                std::max(1u, hw / static_cast<unsigned>(nproc)));
 
-  std::vector<std::string> base_env;
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    std::string k = kv.substr(0, kv.find('='));
-    if (k == "RANK" || k == "WORLD_SIZE" || k == "LOCAL_RANK" || k == "LOCAL_WORLD_SIZE" || k == "MASTER_ADDR" ||
-        k == "MASTER_PORT" || k == kLocalWorkerEnv)
-      continue;
-    base_env.push_back(kv);
-  }
+  const std::vector<std::string> base_env = worker_base_env();
   g_forward_signal.store(0);
   auto old_int = std::signal(SIGINT, remember_signal);
   auto old_term = std::signal(SIGTERM, remember_signal);
-
+  auto restore_signals = [&] {
+    std::signal(SIGINT, old_int);
+    std::signal(SIGTERM, old_term);
+  };
   std::vector<pid_t> pids;
   for (int r = 0; r < nproc; ++r) {
-    std::vector<std::string> env = base_env;
-    env.push_back("RANK=" + std::to_string(r));
-    env.push_back("WORLD_SIZE=" + std::to_string(nproc));
-    env.push_back("LOCAL_RANK=" + std::to_string(r));
-    env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(nproc));
-    env.push_back("MASTER_ADDR=127.0.0.1");
-    env.push_back("MASTER_PORT=" + std::to_string(port));
-    env.push_back(std::string(kLocalWorkerEnv) + "=1");
-    std::vector<char*> argv, envp;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    for (auto& e : env) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    pid_t pid = -1;
-    int rc = posix_spawn(&pid, "/proc/self/exe", nullptr, nullptr, argv.data(), envp.data());
-    if (rc != 0) {
-      for (pid_t p : pids) ::kill(p, SIGKILL);
+    int rc = 0;
+    const pid_t pid = spawn_worker(args, base_env, r, nproc, port, &rc);
+    if (pid < 0) {
+      signal_all(pids, SIGKILL);
       for (pid_t p : pids) ::waitpid(p, nullptr, 0);
-      std::signal(SIGINT, old_int);
-      std::signal(SIGTERM, old_term);
+      restore_signals();
       throw Error(std::string("cannot start worker process: ") + std::strerror(rc));
     }
     pids.push_back(pid);
   }
-
-  // When one worker fails, the others notice at their next collective and exit with 1 ("another rank
-  // exited") in some order; they get 2 s to do so, then SIGTERM, then SIGKILL after 10 s. The code passed on
-  // is the most telling one of the workers that ended on their own: bad input (2) before a crash (signal,
-  // other codes) before a runtime failure (1), which is also what a rank's lost peer gives.
-  using clock = std::chrono::steady_clock;
-  const auto never = clock::time_point::max();
-  int result = 0, result_rank = 0;
-  auto telling = [](int code) { return code == kExitUsage ? 3 : code == kExitFailure ? 1 : 2; };
-  size_t alive = pids.size();
-  int forwarded = 0;
-  bool stopping = false;
-  auto terminate_at = never, kill_at = never;
-  while (alive > 0) {
-    int sig = g_forward_signal.load();
-    if (sig != 0 && sig != forwarded) {  // a stop request: every rank stops at the same step and rank 0 saves
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, sig);
-      forwarded = sig;
-    }
-    const auto now = clock::now();
-    if (now > terminate_at) {
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGTERM);
-      stopping = true;
-      terminate_at = never;
-      kill_at = now + std::chrono::seconds(10);
-    }
-    if (now > kill_at) {
-      for (pid_t p : pids)
-        if (p > 0) ::kill(p, SIGKILL);
-      kill_at = never;
-    }
-    int status = 0;
-    pid_t done = ::waitpid(-1, &status, WNOHANG);
-    if (done <= 0) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      continue;
-    }
-    for (size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] != done) continue;
-      pids[r] = -1;
-      --alive;
-      int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (code == 0 || stopping) continue;  // workers we stopped say nothing about the cause
-      if (result == 0 || telling(code) > telling(result)) {
-        result = code;
-        result_rank = static_cast<int>(r);
-      }
-      if (alive > 0 && forwarded == 0 && terminate_at == never) terminate_at = clock::now() + std::chrono::seconds(2);
-    }
-  }
+  const WorkersEnded end = wait_for_workers(pids);
   // A worker that exits with 1 or 2 has said why; a crash has not.
-  if (result != 0 && result != kExitFailure && result != kExitUsage && forwarded == 0)
-    spdlog::error("worker of rank {} ended with {} {}", result_rank, result > 128 ? "signal" : "code",
-                  result > 128 ? result - 128 : result);
-  std::signal(SIGINT, old_int);
-  std::signal(SIGTERM, old_term);
-  return result;
+  if (end.code != 0 && end.code != kExitFailure && end.code != kExitUsage && end.forwarded == 0)
+    spdlog::error("worker of rank {} ended with {} {}", end.rank, end.code > 128 ? "signal" : "code",
+                  end.code > 128 ? end.code - 128 : end.code);
+  restore_signals();
+  return end.code;
 }
 
 }  // namespace attnmt
