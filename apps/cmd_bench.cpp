@@ -28,6 +28,7 @@
 #include "data/batcher.h"
 #include "data/vocab.h"
 #include "eval/search.h"
+#include "model/attention.h"
 #include "model/flops.h"
 #include "kernels/mode.h"
 #include "kernels/packed_product.h"
@@ -196,13 +197,13 @@ PerStep per_decoder_step(Search&& search) {
 // ("self_attention": 3 layers a side, 8 heads, scaled dot-product cross-attention with 8 heads).
 std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
   std::vector<std::pair<std::string, AttentionConfig>> all = {
-      {"none", {AttentionType::kNone, LuongScore::kDefault, 1, 0}},
-      {"bahdanau", {AttentionType::kBahdanau, LuongScore::kDefault, 1, 0}},
-      {"luong_dot", {AttentionType::kLuong, LuongScore::kDot, 1, 0}},
-      {"luong_general", {AttentionType::kLuong, LuongScore::kGeneral, 1, 0}},
-      {"luong_concat", {AttentionType::kLuong, LuongScore::kConcat, 1, 0}},
-      {"scaled_dot", {AttentionType::kScaledDot, LuongScore::kDefault, 4, 0}},
-      {"self_attention", {AttentionType::kScaledDot, LuongScore::kDefault, 8, 0}}};
+      {"none", {attention_type_from_string("none"), LuongScore::kDefault, 1, 0}},
+      {"bahdanau", {attention_type_from_string("bahdanau"), LuongScore::kDefault, 1, 0}},
+      {"luong_dot", {attention_type_from_string("luong"), LuongScore::kDot, 1, 0}},
+      {"luong_general", {attention_type_from_string("luong"), LuongScore::kGeneral, 1, 0}},
+      {"luong_concat", {attention_type_from_string("luong"), LuongScore::kConcat, 1, 0}},
+      {"scaled_dot", {attention_type_from_string("scaled_dot"), LuongScore::kDefault, 4, 0}},
+      {"self_attention", {attention_type_from_string("scaled_dot"), LuongScore::kDefault, 8, 0}}};
   if (which == "all") return all;
   for (auto& v : all)
     if (v.first == which || (v.first != "self_attention" && to_string(v.second.type) == which)) return {v};
@@ -313,7 +314,7 @@ Command setup_bench(CLI::App& parent, const GlobalOptions& g) {
               }
               const bool rnn_decoder = m.decoder.type == LayerType::kRnn;
               m.input_feeding = opt->input_feeding && rnn_decoder &&
-                                (att.type == AttentionType::kLuong || att.type == AttentionType::kScaledDot);
+                                attention_traits(att).after_rnn;
               Seq2Seq model(m, opt->vocab, opt->vocab);
               model->to(dev);
               // The training loop's own Trainer: the timed step is the one users run (Adam 1e-3, clipping at 1,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <regex>
 #include <string>
 #include <vector>
@@ -93,6 +94,24 @@ TEST(Layers, SimdLanesAndThreadPoolsOnlyInKernels) {
     }
   EXPECT_GT(checked, 50);
   EXPECT_GT(in_kernels, 20);  // the pattern does find the kernels' own code
+}
+
+// An attention type is decided where the types are named (common/config.h, config.cpp) and beside the mechanisms'
+// factory (model/attention.cpp: attention_traits, attention_macs); everything else asks those.
+TEST(Layers, AttentionTypesAreDecidedInThreeFiles) {
+  const fs::path root = test::source_dir();
+  std::vector<std::string> deciding;
+  int checked = 0;
+  for (const char* dir : {"src", "apps"})
+    for (const auto& f : sources(root / dir)) {
+      std::ifstream in(f);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      ++checked;
+      if (text.find("AttentionType::k") != std::string::npos) deciding.push_back(fs::relative(f, root).string());
+    }
+  std::sort(deciding.begin(), deciding.end());
+  EXPECT_GT(checked, 50);
+  EXPECT_EQ(deciding, (std::vector<std::string>{"src/common/config.cpp", "src/common/config.h", "src/model/attention.cpp"}));
 }
 
 }  // namespace attnmt::layers_test

@@ -997,6 +997,52 @@ TEST(Flops, HandCountForATinyBahdanauModel) {
   EXPECT_DOUBLE_EQ(g.keys, 2.0 * 6 * 36);
 }
 
+// What the program asks of each attention type, answered in one place (model/attention.cpp).
+TEST(Attention, TraitsOfEachType) {
+  struct Row {
+    const char* type;
+    const char* score;
+    int heads;
+    bool attends, after_rnn;
+    const char* label;
+    const char* summary;
+  };
+  const std::vector<Row> rows = {{"none", "", 1, false, false, "none", "none"},
+                                 {"bahdanau", "", 1, true, false, "bahdanau", "bahdanau"},
+                                 {"luong", "", 1, true, true, "luong-general", "luong/general"},
+                                 {"luong", "dot", 1, true, true, "luong-dot", "luong/dot"},
+                                 {"luong", "concat", 1, true, true, "luong-concat", "luong/concat"},
+                                 {"scaled_dot", "", 1, true, true, "scaled_dot", "scaled_dot/1 head"},
+                                 {"scaled_dot", "", 4, true, true, "scaled_dot", "scaled_dot/4 heads"}};
+  ASSERT_EQ(rows.size(), 7u);
+  for (const auto& r : rows) {
+    AttentionConfig a;
+    a.type = attention_type_from_string(r.type);
+    if (*r.score) a.score = luong_score_from_string(r.score);
+    a.heads = r.heads;
+    const AttentionTraits t = attention_traits(a);
+    EXPECT_EQ(t.attends, r.attends) << r.label;
+    EXPECT_EQ(t.after_rnn, r.after_rnn) << r.label;
+    EXPECT_EQ(t.label, r.label);
+    EXPECT_EQ(t.summary, r.summary);
+  }
+  // Multiply-adds with H = 6, A = 4, S = 3: Luong dot has no key projection; concat scores as Bahdanau does.
+  AttentionConfig dot;
+  dot.type = attention_type_from_string("luong");
+  dot.score = luong_score_from_string("dot");
+  EXPECT_DOUBLE_EQ(attention_macs(dot, 6, 4, 3).per_source_token, 0.0);
+  EXPECT_DOUBLE_EQ(attention_macs(dot, 6, 4, 3).per_step, 36.0);
+  AttentionConfig concat = dot;
+  concat.score = luong_score_from_string("concat");
+  AttentionConfig bahdanau;
+  bahdanau.type = attention_type_from_string("bahdanau");
+  EXPECT_DOUBLE_EQ(attention_macs(concat, 6, 4, 3).per_step, attention_macs(bahdanau, 6, 4, 3).per_step);
+  EXPECT_DOUBLE_EQ(attention_macs(bahdanau, 6, 4, 3).per_step, 24.0 + 12.0 + 18.0);
+  AttentionConfig none;
+  none.type = attention_type_from_string("none");
+  EXPECT_DOUBLE_EQ(attention_macs(none, 6, 4, 3).per_step, 0.0);
+}
+
 // forward() chooses its path in one place; each model type takes the path its design allows.
 TEST(Decoder, PathIsChosenInOnePlace) {
   const torch::Device cpu(torch::kCPU);

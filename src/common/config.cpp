@@ -52,7 +52,7 @@ std::string to_string(Positions p) {
 
 namespace {
 template <class E>
-E parse_enum(const std::string& s, std::initializer_list<E> values, const char* what) {
+E parse_enum(const std::string& s, const std::vector<E>& values, const char* what) {
   std::vector<std::string> names;
   for (E e : values) {
     if (to_string(e) == s) return e;
@@ -60,13 +60,19 @@ E parse_enum(const std::string& s, std::initializer_list<E> values, const char* 
   }
   throw UsageError(std::string("unknown ") + what + " '" + s + "'. Valid options: " + config_detail::join(names));
 }
+template <class E>
+E parse_enum(const std::string& s, std::initializer_list<E> values, const char* what) {
+  return parse_enum(s, std::vector<E>(values), what);
+}
 }  // namespace
 
 RnnCell rnn_cell_from_string(const std::string& s) { return parse_enum(s, {RnnCell::kGru, RnnCell::kLstm}, "cell"); }
-AttentionType attention_type_from_string(const std::string& s) {
-  return parse_enum(s, {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong, AttentionType::kScaledDot},
-                    "attention type");
+const std::vector<AttentionType>& attention_types() {
+  static const std::vector<AttentionType> types = {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong,
+                                                   AttentionType::kScaledDot};
+  return types;
 }
+AttentionType attention_type_from_string(const std::string& s) { return parse_enum(s, attention_types(), "attention type"); }
 LayerType layer_type_from_string(const std::string& s) {
   return parse_enum(s, {LayerType::kRnn, LayerType::kSelfAttention}, "layer type");
 }
@@ -132,64 +138,82 @@ std::string describe_model(const ModelConfig& m) {
   return side(m.encoder, m.encoder_layers, false) + ", " + side(m.decoder, m.decoder_layers, true) + ", " + a;
 }
 
-void validate(const Config& c) {
-  using config_detail::fail;
-  for (const auto& k : config_detail::keys()) k.check(c);
+namespace {
+
+// data: a split is src and tgt, or a TSV file; SentencePiece models come in pairs.
+void validate_data(const Config& c) {
   auto key = [&](const auto& field) { return config_key(c, &field); };
-  // data: a split is src and tgt, or a TSV file
   for (const SplitConfig* s : {&c.data.train, &c.data.valid, &c.data.test}) {
-    if (!s->tsv.empty() && (!s->src.empty() || !s->tgt.empty())) fail(key(s->tsv), "give either tsv or src/tgt, not both");
-    if (s->src.empty() != s->tgt.empty()) fail(s->src.empty() ? key(s->src) : key(s->tgt), "src and tgt must be given together");
+    if (!s->tsv.empty() && (!s->src.empty() || !s->tgt.empty())) config_detail::fail(key(s->tsv), "give either tsv or src/tgt, not both");
+    if (s->src.empty() != s->tgt.empty()) config_detail::fail(s->src.empty() ? key(s->src) : key(s->tgt), "src and tgt must be given together");
   }
   if (c.train.batch_tokens > 0 && c.train.batch_size != Config().train.batch_size)
-    fail(key(c.train.batch_tokens), "give either " + key(c.train.batch_size) + " or batch_tokens, not both");
+    config_detail::fail(key(c.train.batch_tokens), "give either " + key(c.train.batch_size) + " or batch_tokens, not both");
   const SpmConfig& spm = c.data.spm;
   if (spm.src_model.empty() != spm.tgt_model.empty())
-    fail(spm.src_model.empty() ? key(spm.src_model) : key(spm.tgt_model), "src_model and tgt_model must be given together");
+    config_detail::fail(spm.src_model.empty() ? key(spm.src_model) : key(spm.tgt_model), "src_model and tgt_model must be given together");
   if (!spm.src_model.empty() && c.data.tokenizer != "sentencepiece")
-    fail(key(spm.src_model), "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'");
-  // model
+    config_detail::fail(key(spm.src_model), "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'");
+}
+
+// model.attention: each key only where its type reads it.
+void validate_attention(const Config& c) {
+  auto key = [&](const auto& field) { return config_key(c, &field); };
   const auto& m = c.model;
-  if (m.encoder.type == LayerType::kRnn && m.bidirectional && m.hidden_dim % 2 != 0)
-    fail(key(m.hidden_dim), "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
-                                std::to_string(m.hidden_dim));
   const auto& a = m.attention;
   const std::string type = to_string(a.type);
   if (a.score != LuongScore::kDefault && a.type != AttentionType::kLuong)
-    fail(key(a.score), "only applies to type 'luong', not '" + type + "'");
+    config_detail::fail(key(a.score), "only applies to type 'luong', not '" + type + "'");
   if (a.heads != 1 && a.type != AttentionType::kScaledDot)
-    fail(key(a.heads), "only applies to type 'scaled_dot', not '" + type + "'");
+    config_detail::fail(key(a.heads), "only applies to type 'scaled_dot', not '" + type + "'");
   if (a.dim > 0 && (a.type == AttentionType::kNone || (a.type == AttentionType::kLuong && effective_score(a) != LuongScore::kConcat)))
-    fail(key(a.dim), "has no effect for type '" + type + "'" +
+    config_detail::fail(key(a.dim), "has no effect for type '" + type + "'" +
                          (a.type == AttentionType::kLuong ? " with score '" + to_string(effective_score(a)) + "'" : std::string()));
   if (a.type == AttentionType::kScaledDot && effective_attention_dim(m) % a.heads != 0)
-    fail(key(a.heads), std::to_string(a.heads) + " heads do not divide the attention dimension " +
+    config_detail::fail(key(a.heads), std::to_string(a.heads) + " heads do not divide the attention dimension " +
                            std::to_string(effective_attention_dim(m)));
   if (m.input_feeding && a.type != AttentionType::kLuong && a.type != AttentionType::kScaledDot)
-    fail(key(m.input_feeding), "only applies to types 'luong' and 'scaled_dot', not '" + type + "'");
+    config_detail::fail(key(m.input_feeding), "only applies to types 'luong' and 'scaled_dot', not '" + type + "'");
   if (!a.scale && a.type != AttentionType::kScaledDot)
-    fail(key(a.scale), "only applies to type 'scaled_dot' (the only one that scales its scores), not '" + type + "'");
+    config_detail::fail(key(a.scale), "only applies to type 'scaled_dot' (the only one that scales its scores), not '" + type + "'");
   if (!a.mask && a.type == AttentionType::kNone)
-    fail(key(a.mask), "has no effect for type 'none' (no attention to mask)");
-  // self-attention stacks
+    config_detail::fail(key(a.mask), "has no effect for type 'none' (no attention to mask)");
+}
+
+// model.encoder / model.decoder: RNN or self-attention stacks, each key only where its layer type reads it.
+void validate_stacks(const Config& c) {
+  auto key = [&](const auto& field) { return config_key(c, &field); };
+  const auto& m = c.model;
+  if (m.encoder.type == LayerType::kRnn && m.bidirectional && m.hidden_dim % 2 != 0)
+    config_detail::fail(key(m.hidden_dim), "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
+                                std::to_string(m.hidden_dim));
   const StackConfig defaults;
   for (const StackConfig* st : {&m.encoder, &m.decoder}) {
     if (st->type == LayerType::kRnn) {
-      if (st->positions != defaults.positions) fail(key(st->positions), "only applies to type 'self_attention'");
-      if (st->heads != defaults.heads) fail(key(st->heads), "only applies to type 'self_attention'");
-      if (st->ff_dim != defaults.ff_dim) fail(key(st->ff_dim), "only applies to type 'self_attention'");
+      if (st->positions != defaults.positions) config_detail::fail(key(st->positions), "only applies to type 'self_attention'");
+      if (st->heads != defaults.heads) config_detail::fail(key(st->heads), "only applies to type 'self_attention'");
+      if (st->ff_dim != defaults.ff_dim) config_detail::fail(key(st->ff_dim), "only applies to type 'self_attention'");
     } else if (m.hidden_dim % st->heads != 0) {
-      fail(key(st->heads), std::to_string(st->heads) + " heads do not divide hidden_dim " + std::to_string(m.hidden_dim));
+      config_detail::fail(key(st->heads), std::to_string(st->heads) + " heads do not divide hidden_dim " + std::to_string(m.hidden_dim));
     }
   }
   if (m.decoder.type == LayerType::kRnn && !m.decoder.causal_mask)
-    fail(key(m.decoder.causal_mask), "only applies to type 'self_attention' (an RNN decoder cannot see ahead)");
+    config_detail::fail(key(m.decoder.causal_mask), "only applies to type 'self_attention' (an RNN decoder cannot see ahead)");
   if (m.decoder.type == LayerType::kSelfAttention) {
-    if (a.type != AttentionType::kScaledDot)
-      fail(key(a.type), "a self_attention decoder attends to the source with scaled dot-product attention: use "
-                        "'scaled_dot', not '" + type + "'");
-    if (m.input_feeding) fail(key(m.input_feeding), "only applies to an RNN decoder");
+    if (m.attention.type != AttentionType::kScaledDot)
+      config_detail::fail(key(m.attention.type), "a self_attention decoder attends to the source with scaled dot-product attention: use "
+                                  "'scaled_dot', not '" + to_string(m.attention.type) + "'");
+    if (m.input_feeding) config_detail::fail(key(m.input_feeding), "only applies to an RNN decoder");
   }
+}
+
+}  // namespace
+
+void validate(const Config& c) {
+  for (const auto& k : config_detail::keys()) k.check(c);
+  validate_data(c);
+  validate_attention(c);
+  validate_stacks(c);
 }
 
 std::string config_keys_markdown() {

@@ -62,6 +62,8 @@ std::string to_string(Positions p);
 // The inverse; UsageError listing the valid names on anything else.
 RnnCell rnn_cell_from_string(const std::string& s);
 AttentionType attention_type_from_string(const std::string& s);
+// Every attention type, in the order the documentation lists them.
+const std::vector<AttentionType>& attention_types();
 LuongScore luong_score_from_string(const std::string& s);
 LayerType layer_type_from_string(const std::string& s);
 Positions positions_from_string(const std::string& s);

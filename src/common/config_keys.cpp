@@ -295,8 +295,7 @@ const std::vector<Key>& keys() {
                         "`luong`/`scaled_dot` only: feed the attentional state into the next step"));
     t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
                             attention_type_from_string,
-                            {AttentionType::kNone, AttentionType::kBahdanau, AttentionType::kLuong, AttentionType::kScaledDot},
-                            false, "how the decoder gets its context; `none` is the fixed context vector"));
+                            attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
     t.push_back(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
                             luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat}, true,
                             "`luong` only: the score function (not given: `general`)"));

@@ -12,6 +12,7 @@
 #include "common/errors.h"
 #include "common/fs.h"
 #include "eval/run_dir.h"
+#include "model/attention.h"
 #include "viz/attention_maps.h"
 #include "viz/charts.h"
 
@@ -32,12 +33,8 @@ std::string describe_attention(const ModelConfig& m) {
                                  (m.encoder.type == LayerType::kSelfAttention ? "+self_attention encoder" : "") +
                                  (m.decoder.type == LayerType::kSelfAttention ? "+self_attention decoder" : "") +
                                  (m.decoder.causal_mask ? "" : "+no causal mask");
-  if (a.type == AttentionType::kLuong)
-    return "luong/" + to_string(effective_score(a)) + (m.input_feeding ? "+feeding" : "") + experiment;
-  if (a.type == AttentionType::kScaledDot)
-    return "scaled_dot/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads") + (m.input_feeding ? "+feeding" : "") +
-           experiment;
-  return to_string(a.type) + experiment;
+  const AttentionTraits t = attention_traits(a);
+  return t.summary + (t.after_rnn && m.input_feeding ? "+feeding" : "") + experiment;
 }
 
 std::string bucket_label(const BucketScore& b) {
@@ -192,10 +189,10 @@ std::string comparison_table_text(const std::vector<RunSummary>& runs) {
   return o.str();
 }
 
-void write_comparison(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split) {
-  if (runs.empty()) throw UsageError("compare: give at least one run directory");
-  make_dirs(out);
-  // Bucket labels from the first run; every run must use the same buckets to share the chart.
+namespace {
+
+// The length buckets' labels, from the first run; every run must use the same buckets to share the chart.
+std::vector<std::string> shared_bucket_labels(const std::vector<RunSummary>& runs) {
   std::vector<std::string> labels;
   for (const auto& b : runs[0].eval.by_length) labels.push_back(bucket_label(b));
   for (const auto& r : runs) {
@@ -204,9 +201,11 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     if (l != labels)
       throw UsageError("compare: " + r.dir + " uses different length buckets than " + runs[0].dir + "; evaluate them alike");
   }
-  const std::string paragraph = comparison_paragraph(runs);
+  return labels;
+}
 
-  // report.json
+void write_comparison_json(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split,
+                           const std::string& paragraph) {
   nlohmann::json j = {{"split", split}, {"summary", paragraph}, {"runs", nlohmann::json::array()}};
   for (const auto& r : runs) {
     nlohmann::json e = r.eval.to_json();
@@ -215,8 +214,10 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
                          {"steps", r.steps},  {"ended_by", r.ended_by}, {"eval", e}});
   }
   write_file_atomic(out + "/report.json", j.dump(2) + "\n");
+}
 
-  // report.md
+void write_comparison_md(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split,
+                         const std::string& paragraph, const std::vector<std::string>& labels) {
   std::ostringstream md;
   md << "# attnmt comparison (" << split << " set)\n\n";
   md << "| run | attention | parameters | train min | epochs | ended by | BLEU | chrF | AER |";
@@ -236,8 +237,10 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
   for (const auto& b : runs[0].eval.by_length) md << " " << bucket_label(b) << ": " << b.count << ";";
   md << " beam " << runs[0].eval.beam_size << ".\n\n" << paragraph << "\n\n![BLEU by source length](bleu_by_length.svg)\n";
   write_file_atomic(out + "/report.md", md.str());
+}
 
-  // bleu_by_length.svg
+void write_length_chart(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split,
+                        const std::vector<std::string>& labels) {
   ChartSpec c;
   c.title = "BLEU by source sentence length (" + split + ")";
   c.x_label = "source length (words)";
@@ -254,13 +257,11 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     c.series.push_back(std::move(s));
   }
   write_file_atomic(out + "/bleu_by_length.svg", line_chart_svg(c));
+}
 
-  // index.html
-  std::ostringstream h;
-  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attnmt comparison</title><style>"
-       "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
-       "padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}</style></head><body>\n";
-  h << "<h1>attnmt comparison (" << xml_escape(split) << " set)</h1>\n<p>" << xml_escape(paragraph) << "</p>\n";
+// The runs' table of index.html.
+void comparison_table_html(std::ostringstream& h, const std::string& out, const std::vector<RunSummary>& runs,
+                           const std::vector<std::string>& labels) {
   h << "<img src=\"bleu_by_length.svg\" alt=\"BLEU by source length\">\n<table><tr><th>run</th><th>attention</th>"
        "<th>parameters</th><th>train min</th><th>epochs</th><th>ended by</th><th>BLEU</th><th>chrF</th><th>AER</th>";
   for (const auto& l : labels) h << "<th>" << xml_escape(l) << "</th>";
@@ -278,7 +279,11 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
     h << "<td>" << (plink.empty() ? std::string("&ndash;") : "<a href=\"" + xml_escape(plink) + "\">snapshots</a>") << "</td></tr>\n";
   }
   h << "</table>\n";
-  // The longest sentence: every run's translation next to the reference, and the attention maps.
+}
+
+// The longest sentence: every run's translation next to the reference, and the attention maps (written beside).
+void longest_sentence_html(std::ostringstream& h, const std::string& out, const std::vector<RunSummary>& runs,
+                           const std::string& split) {
   if (runs[0].longest.line >= 0) {
     const auto& l0 = runs[0].longest;
     h << "<h2>The longest " << xml_escape(split) << " sentence (line " << l0.line + 1 << ")</h2>\n<table><tr><th>source</th><td style=\"text-align:left\">"
@@ -300,6 +305,26 @@ void write_comparison(const std::string& out, const std::vector<RunSummary>& run
         << "<img src=\"" << xml_escape(file) << "\" alt=\"attention map of " << xml_escape(r.name) << "\" style=\"max-width:100%\">\n";
     }
   }
+}
+
+}  // namespace
+
+void write_comparison(const std::string& out, const std::vector<RunSummary>& runs, const std::string& split) {
+  if (runs.empty()) throw UsageError("compare: give at least one run directory");
+  make_dirs(out);
+  const std::vector<std::string> labels = shared_bucket_labels(runs);
+  const std::string paragraph = comparison_paragraph(runs);
+  write_comparison_json(out, runs, split, paragraph);
+  write_comparison_md(out, runs, split, paragraph, labels);
+  write_length_chart(out, runs, split, labels);
+
+  std::ostringstream h;
+  h << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>attnmt comparison</title><style>"
+       "body{font-family:sans-serif;margin:2em;max-width:1200px}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+       "padding:4px 8px;text-align:right}td:first-child,td:nth-child(2){text-align:left}</style></head><body>\n";
+  h << "<h1>attnmt comparison (" << xml_escape(split) << " set)</h1>\n<p>" << xml_escape(paragraph) << "</p>\n";
+  comparison_table_html(h, out, runs, labels);
+  longest_sentence_html(h, out, runs, split);
   h << "<p>Details: <a href=\"report.md\">report.md</a>, <a href=\"report.json\">report.json</a>.</p></body></html>\n";
   write_file_atomic(out + "/index.html", h.str());
 }

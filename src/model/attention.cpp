@@ -266,4 +266,28 @@ std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {
   TORCH_CHECK(false, "unknown attention type ", static_cast<int>(a.type));
 }
 
+AttentionTraits attention_traits(const AttentionConfig& a) {
+  AttentionTraits t;
+  t.attends = a.type != AttentionType::kNone;
+  t.after_rnn = a.type == AttentionType::kLuong || a.type == AttentionType::kScaledDot;
+  t.label = t.summary = to_string(a.type);
+  if (a.type == AttentionType::kLuong) {
+    t.label += "-" + to_string(effective_score(a));
+    t.summary += "/" + to_string(effective_score(a));
+  }
+  if (a.type == AttentionType::kScaledDot) t.summary += "/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads");
+  return t;
+}
+
+AttentionMacs attention_macs(const AttentionConfig& a, double H, double A, double S) {
+  const LuongScore score = effective_score(a);
+  if (a.type == AttentionType::kBahdanau || score == LuongScore::kConcat)
+    return {H * A, H * A + S * A + S * H};  // U h_j; W q, v^T over S positions, weighted sum of values
+  if (a.type == AttentionType::kLuong)
+    return {score == LuongScore::kGeneral ? H * H : 0.0, S * H + S * H};  // W h_j; scores, context
+  if (a.type == AttentionType::kScaledDot)
+    return {2 * H * A, H * A + S * A + S * A + A * H};  // K and V; Q, scores, context, output projection
+  return {};
+}
+
 }  // namespace attnmt

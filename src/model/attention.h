@@ -147,7 +147,26 @@ class MultiHeadAttention : public AttentionImpl {
   PackedLinear packed_wq_, packed_wo_;  // while decoding
 };
 
-// Builds the mechanism cfg.attention names (nullptr for AttentionType::kNone).
+// Builds the mechanism cfg.attention names (nullptr for type none: the fixed context).
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg);
+
+// What the rest of the program asks of an attention type, decided here beside the factory (common/config.cpp names
+// the types and checks which keys apply to which).
+struct AttentionTraits {
+  bool attends = false;     // false for none: the decoder sees one fixed context vector
+  bool after_rnn = false;   // scores the RNN's new state (Luong, scaled dot-product: input feeding applies), not the
+                            // previous one (Bahdanau)
+  std::string label;        // the type and its score function: none, bahdanau, luong-general, scaled_dot
+  std::string summary;      // for reports: bahdanau, luong/general, scaled_dot/4 heads
+};
+AttentionTraits attention_traits(const AttentionConfig& a);
+
+// Multiply-adds of the mechanism (attention width A, state width H): once per source token (keys) and per decoder
+// step with S source positions.
+struct AttentionMacs {
+  double per_source_token = 0;
+  double per_step = 0;
+};
+AttentionMacs attention_macs(const AttentionConfig& a, double H, double A, double S);
 
 }  // namespace attnmt

@@ -19,14 +19,14 @@
 #include "common/errors.h"
 #include "common/fs.h"
 #include "kernels/adam.h"
+#include "model/attention.h"
 
 namespace attnmt {
 
 namespace fs = std::filesystem;
 
 std::string model_type(const ModelConfig& m) {
-  std::string t = to_string(m.rnn) + "/" + to_string(m.attention.type);
-  if (m.attention.type == AttentionType::kLuong) t += "-" + to_string(effective_score(m.attention));
+  std::string t = to_string(m.rnn) + "/" + attention_traits(m.attention).label;
   if (m.encoder.type == LayerType::kSelfAttention) t += "+self_attention encoder";
   if (m.decoder.type == LayerType::kSelfAttention) t += "+self_attention decoder";
   return t;

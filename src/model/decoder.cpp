@@ -24,7 +24,7 @@ DecoderState DecoderState::index_select(const torch::Tensor& rows) const {
 DecoderDims decoder_dims(const ModelConfig& cfg) {
   DecoderDims d;
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
-  d.luong_style = cfg.attention.type == AttentionType::kLuong || cfg.attention.type == AttentionType::kScaledDot;
+  d.luong_style = attention_traits(cfg.attention).after_rnn;
   d.rnn_input = E + ((!d.luong_style || cfg.input_feeding) ? H : 0);
   d.readout_input = d.luong_style ? 2 * H : 2 * H + E;
   return d;

@@ -1,5 +1,6 @@
 #include "model/flops.h"
 
+#include "model/attention.h"
 #include "model/decoder.h"
 #include "model/self_attention.h"
 
@@ -38,22 +39,13 @@ FlopCount count_flops(const ModelConfig& m, int64_t tgt_vocab, int64_t B, int64_
     return f;
   }
   f.bridge = 2 * static_cast<double>(B) * H * H * m.decoder_layers * (m.rnn == RnnCell::kLstm ? 2 : 1);
-  const AttentionType type = m.attention.type;
-  const LuongScore score = effective_score(m.attention);
   const DecoderDims dims = decoder_dims(m);
   const double rnn_in = static_cast<double>(dims.rnn_input);
   double step = 0;
   for (int l = 0; l < m.decoder_layers; ++l) step += rnn_macs(m.rnn, l == 0 ? rnn_in : H, H);
-  if (type == AttentionType::kBahdanau || score == LuongScore::kConcat) {
-    f.keys = 2 * src_tokens * H * A;  // U h_j
-    step += H * A + Sd * A + Sd * H;  // W q; v^T over S positions; weighted sum of values
-  } else if (type == AttentionType::kLuong) {
-    if (score == LuongScore::kGeneral) f.keys = 2 * src_tokens * H * H;  // W h_j
-    step += Sd * H + Sd * H;                                    // scores; context
-  } else if (type == AttentionType::kScaledDot) {
-    f.keys = 2 * src_tokens * 2 * H * A;       // K and V
-    step += H * A + Sd * A + Sd * A + A * H;   // Q; scores; context; output projection
-  }
+  const AttentionMacs att = attention_macs(m.attention, H, A, Sd);
+  f.keys = 2 * src_tokens * att.per_source_token;
+  step += att.per_step;
   step += static_cast<double>(dims.readout_input) * H;  // attentional state / readout
   f.decoder = 2 * step * steps;
   f.output = 2 * H * V * steps;
