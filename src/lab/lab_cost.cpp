@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -69,6 +70,89 @@ Measured measure(const std::function<void()>& fn) {
   return m;
 }
 
+// BATCH pairs of random tokens (not the special ids), source and target both LENGTH long.
+Batch random_batch(int64_t batch, int64_t length, int64_t vocab, std::mt19937_64& gen) {
+  std::vector<EncodedPair> data;
+  std::vector<int64_t> idx;
+  std::uniform_int_distribution<int64_t> tok(4, vocab - 1);
+  for (int64_t b = 0; b < batch; ++b) {
+    EncodedPair p;
+    for (int64_t t = 0; t < length; ++t) {
+      p.src.push_back(tok(gen));
+      p.tgt.push_back(tok(gen));
+    }
+    data.push_back(p);
+    idx.push_back(b);
+  }
+  return make_batch(data, idx);
+}
+
+// The fastest of three training steps (forward and backward) and of three greedy decodings of T tokens a row, with
+// the largest peak of each.
+std::pair<Measured, Measured> fastest_of_three(Seq2Seq& model, const Batch& bt, int64_t T, const torch::Device& device) {
+  Measured tr{1e30, 0}, de{1e30, 0};
+  for (int rep_i = 0; rep_i < 3; ++rep_i) {  // the fastest of three
+    model->train();
+    Measured m = measure([&] {
+      BatchLoss bl = batch_loss(model, bt, 0.0);
+      (bl.sum / static_cast<double>(bt.tgt_tokens)).backward();
+      if (device.is_cuda()) torch::cuda::synchronize();
+    });
+    model->zero_grad();
+    if (m.seconds < tr.seconds) tr.seconds = m.seconds;
+    tr.peak_bytes = std::max(tr.peak_bytes, m.peak_bytes);
+    model->eval();
+    SearchOptions so;
+    so.stop_at_eos = false;  // every row decodes T tokens
+    so.max_len_ratio = static_cast<double>(T - 10) / static_cast<double>(T);
+    Measured d = measure([&] {
+      greedy_search(model, bt, so, device);
+      if (device.is_cuda()) torch::cuda::synchronize();
+    });
+    if (d.seconds < de.seconds) de.seconds = d.seconds;
+    de.peak_bytes = std::max(de.peak_bytes, d.peak_bytes);
+  }
+  return {tr, de};
+}
+
+// The fitted exponents of each type, and what they say about attention's share of the cost.
+std::string cost_finding(const json& out) {
+  std::ostringstream f;
+  f << "Fitted from 50 to 400 tokens (time per sentence ~ length^k): ";
+  for (size_t k = 0; k < out.size(); ++k)
+    f << (k ? "; " : "") << out[k]["type"].get<std::string>() << " training k = " << num(out[k]["train_time_exponent"].get<double>())
+      << ", decoding k = " << num(out[k]["decode_time_exponent"].get<double>());
+  // Attention's share: how much faster than the fixed-context model each attention model's decoding grows.
+  const double k_none = out[0]["decode_time_exponent"].get<double>();
+  double k_min = 1e9, k_max = -1e9;
+  for (size_t k = 1; k < out.size(); ++k) {
+    if (out[k]["type"] == "self_attention") continue;  // its own sentence below
+    k_min = std::min(k_min, out[k]["decode_time_exponent"].get<double>());
+    k_max = std::max(k_max, out[k]["decode_time_exponent"].get<double>());
+  }
+  f << ". Source and target both have the given length, so reading every source position at every target step is a "
+       "length^2 term and a fixed vector a length^1 one; the attention models' decoding exponents are "
+    << num(k_min) << " to " << num(k_max) << " against " << num(k_none) << " without attention: "
+    << (k_max >= 1.8 ? "the quadratic term dominates by 400 tokens"
+                     : "at these lengths and a hidden size of 128 the recurrent length x d^2 terms still outweigh it, "
+                       "so the exponents lie between 1 and 2")
+    << ". At 400 tokens decoding costs " << num(out[0]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
+    << " ms per sentence without attention and " << num(out[1]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
+    << " ms with Bahdanau's.";
+  if (out.back()["type"] == "self_attention") {
+    const json& sa = out.back();
+    f << " The self-attention encoder-decoder (" << sa["encoder_layers"].get<int>() << " + " << sa["decoder_layers"].get<int>()
+      << " layers, every position against every other) trains with exponent "
+      << num(sa["train_time_exponent"].get<double>()) << " and decodes with " << num(sa["decode_time_exponent"].get<double>())
+      << " (its decoder's prefix grows by one key per step, so greedy decoding is quadratic in the target length even with "
+         "the cache); at 400 tokens it takes "
+      << num(sa["points"].back()["train_ms_per_sentence"].get<double>(), 1) << " ms per sentence to train and "
+      << num(sa["points"].back()["decode_ms_per_sentence"].get<double>(), 1) << " ms to decode, and its training memory grows "
+      << "with exponent " << num(sa["train_memory_exponent"].get<double>()) << ".";
+  }
+  return f.str();
+}
+
 }  // namespace
 
 LabReport cost(const LabOptions& opt) {
@@ -98,41 +182,8 @@ LabReport cost(const LabOptions& opt) {
     json points = json::array();
     std::vector<double> xs, train_t, decode_t, train_m, decode_m;
     for (int64_t T : lengths) {
-      std::vector<EncodedPair> data;
-      std::vector<int64_t> idx;
-      std::uniform_int_distribution<int64_t> tok(4, vocab - 1);
-      for (int64_t b = 0; b < batch; ++b) {
-        EncodedPair p;
-        for (int64_t t = 0; t < T; ++t) {
-          p.src.push_back(tok(gen));
-          p.tgt.push_back(tok(gen));
-        }
-        data.push_back(p);
-        idx.push_back(b);
-      }
-      const Batch bt = make_batch(data, idx).to(device);
-      Measured tr{1e30, 0}, de{1e30, 0};
-      for (int rep_i = 0; rep_i < 3; ++rep_i) {  // the fastest of three
-        model->train();
-        Measured m = measure([&] {
-          BatchLoss bl = batch_loss(model, bt, 0.0);
-          (bl.sum / static_cast<double>(bt.tgt_tokens)).backward();
-          if (device.is_cuda()) torch::cuda::synchronize();
-        });
-        model->zero_grad();
-        if (m.seconds < tr.seconds) tr.seconds = m.seconds;
-        tr.peak_bytes = std::max(tr.peak_bytes, m.peak_bytes);
-        model->eval();
-        SearchOptions so;
-        so.stop_at_eos = false;  // every row decodes T tokens
-        so.max_len_ratio = static_cast<double>(T - 10) / static_cast<double>(T);
-        Measured d = measure([&] {
-          greedy_search(model, bt, so, device);
-          if (device.is_cuda()) torch::cuda::synchronize();
-        });
-        if (d.seconds < de.seconds) de.seconds = d.seconds;
-        de.peak_bytes = std::max(de.peak_bytes, d.peak_bytes);
-      }
+      const Batch bt = random_batch(batch, T, vocab, gen).to(device);
+      const auto [tr, de] = fastest_of_three(model, bt, T, device);
       const double b = static_cast<double>(batch);
       points.push_back({{"length", T}, {"train_ms_per_sentence", 1e3 * tr.seconds / b}, {"decode_ms_per_sentence", 1e3 * de.seconds / b},
                         {"train_peak_mb_per_sentence", static_cast<double>(tr.peak_bytes) / b / 1e6},
@@ -184,40 +235,7 @@ LabReport cost(const LabOptions& opt) {
   write_file_atomic(dir + "/cost.svg", chart_row_svg({chart("training step (forward + backward)", train_s),
                                                       chart("greedy decoding", decode_s)}));
   rep.charts = {"cost.svg"};
-  std::ostringstream f;
-  f << "Fitted from 50 to 400 tokens (time per sentence ~ length^k): ";
-  for (size_t k = 0; k < out.size(); ++k)
-    f << (k ? "; " : "") << out[k]["type"].get<std::string>() << " training k = " << num(out[k]["train_time_exponent"].get<double>())
-      << ", decoding k = " << num(out[k]["decode_time_exponent"].get<double>());
-  // Attention's share: how much faster than the fixed-context model each attention model's decoding grows.
-  const double k_none = out[0]["decode_time_exponent"].get<double>();
-  double k_min = 1e9, k_max = -1e9;
-  for (size_t k = 1; k < out.size(); ++k) {
-    if (out[k]["type"] == "self_attention") continue;  // its own sentence below
-    k_min = std::min(k_min, out[k]["decode_time_exponent"].get<double>());
-    k_max = std::max(k_max, out[k]["decode_time_exponent"].get<double>());
-  }
-  f << ". Source and target both have the given length, so reading every source position at every target step is a "
-       "length^2 term and a fixed vector a length^1 one; the attention models' decoding exponents are "
-    << num(k_min) << " to " << num(k_max) << " against " << num(k_none) << " without attention: "
-    << (k_max >= 1.8 ? "the quadratic term dominates by 400 tokens"
-                     : "at these lengths and a hidden size of 128 the recurrent length x d^2 terms still outweigh it, "
-                       "so the exponents lie between 1 and 2")
-    << ". At 400 tokens decoding costs " << num(out[0]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
-    << " ms per sentence without attention and " << num(out[1]["points"].back()["decode_ms_per_sentence"].get<double>(), 1)
-    << " ms with Bahdanau's.";
-  if (out.back()["type"] == "self_attention") {
-    const json& sa = out.back();
-    f << " The self-attention encoder-decoder (" << sa["encoder_layers"].get<int>() << " + " << sa["decoder_layers"].get<int>()
-      << " layers, every position against every other) trains with exponent "
-      << num(sa["train_time_exponent"].get<double>()) << " and decodes with " << num(sa["decode_time_exponent"].get<double>())
-      << " (its decoder's prefix grows by one key per step, so greedy decoding is quadratic in the target length even with "
-         "the cache); at 400 tokens it takes "
-      << num(sa["points"].back()["train_ms_per_sentence"].get<double>(), 1) << " ms per sentence to train and "
-      << num(sa["points"].back()["decode_ms_per_sentence"].get<double>(), 1) << " ms to decode, and its training memory grows "
-      << "with exponent " << num(sa["train_memory_exponent"].get<double>()) << ".";
-  }
-  rep.finding = f.str();
+  rep.finding = cost_finding(out);
   return rep;
 }
 

@@ -53,6 +53,75 @@ std::vector<std::vector<float>> as_rows(const std::vector<std::vector<double>>& 
   return r;
 }
 
+// |gradient x input| at the source embeddings for each target token of the forced reference TGT: [T][S], one backward
+// pass per target token.
+std::vector<std::vector<double>> gradient_saliency(LoadedRun& run, const std::vector<int64_t>& src,
+                                                   const std::vector<int64_t>& tgt) {
+  const int64_t T = static_cast<int64_t>(tgt.size());
+  const Batch one = make_batch({{src, tgt}}, {0}).to(run.device);
+  torch::Tensor emb;
+  {
+    torch::NoGradGuard ng;
+    emb = run.model->encoder->embed_tokens(one.src)[0].detach();  // [S, E]
+  }
+  std::vector<std::vector<double>> sal(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) {
+    auto f = [&](const torch::Tensor& x) {
+      EncoderOutput enc = run.model->encoder->from_embeddings(x.unsqueeze(0), one.src_len, one.src_mask);
+      Seq2SeqOutput o = run.model->decode(enc, one.tgt_in);
+      return torch::log_softmax(o.logits[0][t], -1).index_select(0, one.tgt_out[0].narrow(0, t, 1)).squeeze(0);
+    };
+    std::vector<double> g = gradient_times_input(f, emb);
+    for (double& v : g) v = std::fabs(v);
+    sal[static_cast<size_t>(t)] = g;
+  }
+  return sal;
+}
+
+// Greedy decoding of every test sentence with the attention weights replaced by uniform and by permuted ones: BLEU and
+// the share of content and function words that change, per replacement (and the table's rows; *NORMAL_BLEU: greedy
+// BLEU with the model's own weights).
+json counterfactual(LoadedRun& run, const TestSet& test, double* normal_bleu, std::vector<std::vector<std::string>>* rows) {
+  SearchOptions greedy = search_options(run.cfg.eval, 1);
+  AttentionImpl* mech = run.model->decoder->attention();
+  json counter = json::array();
+  std::vector<Translation> normal = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
+  std::vector<std::string> normal_text;
+  for (const auto& t : normal) normal_text.push_back(t.text);
+  *normal_bleu = corpus_bleu(normal_text, {test.ref}).score;
+  for (auto mode : {AttentionImpl::WeightOverride::kUniform, AttentionImpl::WeightOverride::kPermuted}) {
+    mech->override_weights(mode, 1);
+    std::vector<Translation> alt = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
+    mech->override_weights(AttentionImpl::WeightOverride::kNone);
+    int64_t fn = 0, fn_changed = 0, cn = 0, cn_changed = 0;
+    std::vector<std::string> alt_text;
+    for (size_t i = 0; i < alt.size(); ++i) {
+      alt_text.push_back(alt[i].text);
+      const auto& a = normal[i].tgt_tokens;
+      const auto& b = alt[i].tgt_tokens;
+      for (size_t t = 0; t < a.size(); ++t) {
+        const bool changed = t >= b.size() || b[t] != a[t];
+        if (toy_content_word_fr(a[t])) {
+          ++cn;
+          cn_changed += changed;
+        } else {
+          ++fn;
+          fn_changed += changed;
+        }
+      }
+    }
+    const std::string name = mode == AttentionImpl::WeightOverride::kUniform ? "uniform" : "permuted";
+    const double b = corpus_bleu(alt_text, {test.ref}).score;
+    const double fs_ = fn ? static_cast<double>(fn_changed) / static_cast<double>(fn) : 0.0;
+    const double cs_ = cn ? static_cast<double>(cn_changed) / static_cast<double>(cn) : 0.0;
+    counter.push_back({{"weights", name}, {"greedy_bleu", b}, {"function_tokens", fn}, {"function_changed", fn_changed},
+                       {"function_changed_share", fs_}, {"content_tokens", cn}, {"content_changed", cn_changed},
+                       {"content_changed_share", cs_}});
+    rows->push_back({name, num(b), num(100 * fs_, 1) + "% of " + std::to_string(fn), num(100 * cs_, 1) + "% of " + std::to_string(cn)});
+  }
+  return counter;
+}
+
 }  // namespace
 
 LabReport explanation(const LabOptions& opt) {
@@ -89,24 +158,7 @@ LabReport explanation(const LabOptions& opt) {
     forced_logprobs(run.model, {src}, tgt, run.device, &att);
     const auto loo = leave_one_out([&](const std::vector<std::vector<int64_t>>& v) { return forced_logprobs(run.model, v, tgt, run.device); },
                                    src, kUnkId);
-    // gradient x input at the source embeddings, one backward pass per target token
-    const Batch one = make_batch({{src, tgt}}, {0}).to(run.device);
-    torch::Tensor emb;
-    {
-      torch::NoGradGuard ng;
-      emb = run.model->encoder->embed_tokens(one.src)[0].detach();  // [S, E]
-    }
-    std::vector<std::vector<double>> sal(static_cast<size_t>(T));
-    for (int64_t t = 0; t < T; ++t) {
-      auto f = [&](const torch::Tensor& x) {
-        EncoderOutput enc = run.model->encoder->from_embeddings(x.unsqueeze(0), one.src_len, one.src_mask);
-        Seq2SeqOutput o = run.model->decode(enc, one.tgt_in);
-        return torch::log_softmax(o.logits[0][t], -1).index_select(0, one.tgt_out[0].narrow(0, t, 1)).squeeze(0);
-      };
-      std::vector<double> g = gradient_times_input(f, emb);
-      for (double& v : g) v = std::fabs(v);
-      sal[static_cast<size_t>(t)] = g;
-    }
+    const std::vector<std::vector<double>> sal = gradient_saliency(run, src, tgt);
     if (att.size() != static_cast<size_t>(T)) continue;  // an attention-free model has nothing to compare
     aer_att.add(aer_counts(hard_alignment(att), test.align[i]));
     aer_sal.add(aer_counts(hard_alignment(as_rows(sal)), test.align[i]));
@@ -132,44 +184,9 @@ LabReport explanation(const LabOptions& opt) {
   auto mean_tau = [&](double s) { return tau_rows ? s / static_cast<double>(tau_rows) : 0.0; };
 
   // Counterfactual decoding: the weights replaced by uniform and by permuted ones, greedy, every test sentence.
-  SearchOptions greedy = search_options(run.cfg.eval, 1);
-  AttentionImpl* mech = run.model->decoder->attention();
-  json counter = json::array();
-  std::vector<Translation> normal = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
-  std::vector<std::string> normal_text;
-  for (const auto& t : normal) normal_text.push_back(t.text);
-  const double normal_bleu = corpus_bleu(normal_text, {test.ref}).score;
+  double normal_bleu = 0;
   std::vector<std::vector<std::string>> crow;
-  for (auto mode : {AttentionImpl::WeightOverride::kUniform, AttentionImpl::WeightOverride::kPermuted}) {
-    mech->override_weights(mode, 1);
-    std::vector<Translation> alt = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
-    mech->override_weights(AttentionImpl::WeightOverride::kNone);
-    int64_t fn = 0, fn_changed = 0, cn = 0, cn_changed = 0;
-    std::vector<std::string> alt_text;
-    for (size_t i = 0; i < alt.size(); ++i) {
-      alt_text.push_back(alt[i].text);
-      const auto& a = normal[i].tgt_tokens;
-      const auto& b = alt[i].tgt_tokens;
-      for (size_t t = 0; t < a.size(); ++t) {
-        const bool changed = t >= b.size() || b[t] != a[t];
-        if (toy_content_word_fr(a[t])) {
-          ++cn;
-          cn_changed += changed;
-        } else {
-          ++fn;
-          fn_changed += changed;
-        }
-      }
-    }
-    const std::string name = mode == AttentionImpl::WeightOverride::kUniform ? "uniform" : "permuted";
-    const double b = corpus_bleu(alt_text, {test.ref}).score;
-    const double fs_ = fn ? static_cast<double>(fn_changed) / static_cast<double>(fn) : 0.0;
-    const double cs_ = cn ? static_cast<double>(cn_changed) / static_cast<double>(cn) : 0.0;
-    counter.push_back({{"weights", name}, {"greedy_bleu", b}, {"function_tokens", fn}, {"function_changed", fn_changed},
-                       {"function_changed_share", fs_}, {"content_tokens", cn}, {"content_changed", cn_changed},
-                       {"content_changed_share", cs_}});
-    crow.push_back({name, num(b), num(100 * fs_, 1) + "% of " + std::to_string(fn), num(100 * cs_, 1) + "% of " + std::to_string(cn)});
-  }
+  const json counter = counterfactual(run, test, &normal_bleu, &crow);
   rep.figures = {{"sentences", n},
                  {"target_tokens", tokens},
                  {"aer", {{"attention", aer_att.aer()}, {"gradient_x_input", aer_sal.aer()}, {"leave_one_out", aer_loo.aer()}}},
