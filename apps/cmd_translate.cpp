@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -224,6 +225,9 @@ int64_t translate_stream(LoadedRun& run, const SearchOptions& so, const Translat
 
 int run_translate(const TranslateOptions& o, const GlobalOptions& g) {
   if (o.fmt.threshold > 0 && o.fmt.alignment != "hard") throw UsageError("--alignment-threshold applies to --alignment hard only");
+  std::error_code ec;
+  if (!o.output.empty() && std::filesystem::is_directory(o.output, ec))
+    throw UsageError(o.output + ": is a directory; --output names the file to write");
   LoadedRun run = load_run(o.run, o.checkpoint, g.device);
   const SearchOptions so = translate_search(run, o);
   int fd = 0;
@@ -251,7 +255,10 @@ int run_translate(const TranslateOptions& o, const GlobalOptions& g) {
   if (fd != 0) ::close(fd);
   if (!tmp_out.empty()) {
     file.close();
-    if (!file || std::rename(tmp_out.c_str(), o.output.c_str()) != 0) throw Error(o.output + ": cannot write output");
+    if (!file || std::rename(tmp_out.c_str(), o.output.c_str()) != 0) {
+      std::remove(tmp_out.c_str());
+      throw Error(o.output + ": cannot write output");
+    }
   }
   spdlog::info("translated {} lines", count);
   return 0;

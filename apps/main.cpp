@@ -18,6 +18,8 @@
 #include "kernels/mode.h"
 
 namespace {
+constexpr int kMaxThreads = 1024;
+
 // The process-wide switches of the arithmetic: the kernel switch (kernels/mode.h: the flag, else ATTNMT_KERNELS for
 // tests and scripts, else auto) and the precision (common/precision.h: the flag, else fp32; train reads its config's).
 void set_arithmetic(const attnmt::cli::GlobalOptions& g) {
@@ -41,10 +43,12 @@ void set_arithmetic(const attnmt::cli::GlobalOptions& g) {
 
 void add_global_options(CLI::App& app, attnmt::cli::GlobalOptions& g) {
   app.add_option("--log-level", g.log_level, "trace|debug|info|warn|error|off")->capture_default_str();
-  app.add_option("--threads", g.threads, "BLAS threads (0 = all cores)")->capture_default_str();
+  // Thread counts beyond any machine's cores only spend minutes creating threads.
+  app.add_option("--threads", g.threads, "BLAS threads (0 = all cores)")->capture_default_str()->check(CLI::Range(0, kMaxThreads));
   app.add_option("--intra-threads", g.intra_threads,
                  "LibTorch intra-op threads (0 = same as --threads; 1 avoids OpenMP/OpenBLAS contention)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxThreads));
   app.add_option("--device", g.device, "auto|cpu|cuda|cuda:N (auto = CUDA when available; default: the config's)");
   app.add_option("--kernels", g.kernels,
                  "auto|reference: attnmt's CPU kernels where they apply, or plain LibTorch operations everywhere (the path "

@@ -144,7 +144,8 @@ TEST(BadInputCatalogue, Corpora) {
   };
   run_catalogue(w, {
       {"training source missing", set_train("{W}/missing.en", "{W}/train.fr"), 2, "{W}/missing.en"},
-      {"training source is a directory", set_train("{W}", "{W}/train.fr"), 2, "{W}"},
+      {"training source is a directory", set_train("{W}", "{W}/train.fr"), 2, "not a regular file: {W}"},
+      {"training source is a device", set_train("/dev/zero", "{W}/train.fr"), 2, "not a regular file: /dev/zero"},
       {"line counts differ", set_train("{W}/train.en", "{W}/short.fr"), 2, "short.fr"},
       {"invalid UTF-8", set_train("{W}/utf8.en", "{W}/train.fr"), 2, "utf8.en:2"},
       {"binary garbage", set_train("{W}/garbage.en", "{W}/train.fr"), 2, "garbage.en"},
@@ -259,6 +260,7 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
       {"translate output on a read-only file system", "translate -r {W}/run -i {W}/one_line.src -o /proc/attnmt_out.txt", 2,
        "/proc/attnmt_out.txt"},
       {"translate input missing", "translate -r {W}/run -i {W}/missing.txt -o {W}/out.txt", 2, "missing.txt"},
+      {"translate output is a directory", "translate -r {W}/run -i {W}/one_line.src -o {W}", 2, "is a directory"},
       {"unknown flag", "train -c {W}/good.json --learning-rate 3", 2, "--learning-rate"},
       {"unknown subcommand", "fly -c {W}/good.json", 2, "fly"},
       {"conflicting flags", "train -c {W}/good.json --resume --overwrite", 2, "--overwrite"},
@@ -277,6 +279,8 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
       {"unknown checkpoint name", "evaluate -r {W}/run --checkpoint middle", 2, "--checkpoint"},
       {"unknown device", "--device tpu evaluate -r {W}/run", 2, "tpu"},
       {"negative thread count", "--threads -2 evaluate -r {W}/run", 2, "--threads"},
+      {"thread count beyond any machine", "--threads 100000 evaluate -r {W}/run", 2, "--threads"},
+      {"intra-op thread count beyond any machine", "--intra-threads 100000 evaluate -r {W}/run", 2, "--intra-threads"},
       {"corpus: min length above max length", "corpus -o {W}/toy --min-len 30 --max-len 10", 2, "--min-len"},
       {"bench: zero steps", "bench --steps 0", 2, "--steps"},
       {"train: zero processes", "train -c {W}/good.json --nproc 0", 2, "--nproc"},

@@ -291,7 +291,8 @@ void check_data_files(const Config& c, bool for_training) {
   auto check_split = [&](const SplitConfig& s) {
     for (const std::string* f : {&s.src, &s.tgt, &s.tsv, &s.align}) {
       std::error_code ec;
-      if (!f->empty() && !std::filesystem::is_regular_file(*f, ec)) config_detail::fail(key(*f), "file not found: " + *f);
+      if (f->empty() || std::filesystem::is_regular_file(*f, ec)) continue;
+      config_detail::fail(key(*f), (std::filesystem::exists(*f, ec) ? "not a regular file: " : "file not found: ") + *f);
     }
   };
   if (for_training) {
