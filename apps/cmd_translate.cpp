@@ -200,10 +200,12 @@ int64_t translate_stream(LoadedRun& run, const SearchOptions& so, const Translat
   int64_t count = 0;
   auto flush = [&]() {
     if (pending.empty()) return;
-    for (size_t i = 0; i < pending.size(); ++i)
-      if (find_invalid_utf8(pending[i]) != std::string::npos)
-        throw UsageError((o.input.empty() ? std::string("stdin") : o.input) + ":" +
-                         std::to_string(count + static_cast<int64_t>(i) + 1) + ": invalid UTF-8");
+    for (size_t i = 0; i < pending.size(); ++i) {  // refused as train refuses them (data/text.cpp: read_lines)
+      const std::string where =
+          (o.input.empty() ? std::string("stdin") : o.input) + ":" + std::to_string(count + static_cast<int64_t>(i) + 1);
+      if (pending[i].find('\0') != std::string::npos) throw UsageError(where + ": contains a NUL byte (binary file?)");
+      if (find_invalid_utf8(pending[i]) != std::string::npos) throw UsageError(where + ": invalid UTF-8");
+    }
     auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
     if (so.keep_weights && run.tok.subword())  // alignments between words, not pieces
       for (auto& hyps : results)

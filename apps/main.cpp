@@ -2,6 +2,8 @@
 // and hands over to one subcommand. Exit codes: 0 ok, 1 runtime failure, 2 usage/config/input error.
 #include <csignal>
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <thread>
 #include <iostream>
 #include <string>
@@ -114,6 +116,14 @@ int run_command(const CLI::App& app, const std::vector<attnmt::cli::Command>& co
   } catch (const Error& e) {
     spdlog::error("{}", e.what());
     return kExitFailure;
+  } catch (const std::filesystem::filesystem_error& e) {
+    // A path the user gave that cannot be used as given (a symlink loop, no permission, a file where a directory
+    // belongs, a name too long) is bad input; anything else the file system says is a failure.
+    const std::error_code c = e.code();
+    const bool bad_path = c == std::errc::too_many_symbolic_link_levels || c == std::errc::permission_denied ||
+                          c == std::errc::not_a_directory || c == std::errc::filename_too_long;
+    spdlog::error("{}: {}", e.path1().string(), c.message());
+    return bad_path ? kExitUsage : kExitFailure;
   } catch (const c10::Error& e) {
     spdlog::error("torch: {}", e.what_without_backtrace());
     return kExitFailure;

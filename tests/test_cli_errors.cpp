@@ -92,6 +92,7 @@ TEST(BadInputCatalogue, Configs) {
   std::string good = read_file(w + "/good.json");
   write_file(w + "/unknown_key.json", replace_all(good, "\"hidden_dim\"", "\"hiden_dim\""));
   write_file(w + "/wrong_type.json", replace_all(good, "\"hidden_dim\": 16", "\"hidden_dim\": \"sixteen\""));
+  write_file(w + "/duplicated.json", replace_all(good, "\"hidden_dim\": 16", "\"hidden_dim\": 16, \"hidden_dim\": 32"));
   write_file(w + "/binary.json", std::string("\x00\x01\xff\xfe garbage", 12));
   run_catalogue(w, {
       {"config file missing", "train -c {W}/nope.json", 2, "{W}/nope.json"},
@@ -102,6 +103,7 @@ TEST(BadInputCatalogue, Configs) {
       {"top level not an object", "train -c {W}/array.json", 2, "array.json"},
       {"unknown key", "train -c {W}/unknown_key.json", 2, "hiden_dim"},
       {"wrong type", "train -c {W}/wrong_type.json", 2, "model.hidden_dim"},
+      {"duplicated key", "train -c {W}/duplicated.json", 2, "duplicated key model.hidden_dim"},
       {"out of range", "train -c {W}/good.json --set model.hidden_dim=0", 2, "model.hidden_dim"},
       {"negative learning rate", "train -c {W}/good.json --set train.lr=-1", 2, "train.lr"},
       {"unknown attention type", "train -c {W}/good.json --set model.attention.type=magic", 2, "model.attention.type"},
@@ -223,6 +225,7 @@ TEST(BadInputCatalogue, VocabulariesAlignmentsAndCheckpoints) {
   write_file(w + "/out_of_range.align", "0-0 99-0\n");
   write_file(w + "/one_line.src", "the cat sleeps\n");
   write_file(w + "/one_line.ref", "le chat dort\n");
+  write_file(w + "/nul.src", std::string("the cat\nthe\0dog\n", 16));
 
   std::string other_resume = "train -c " + other_cfg + " --resume --set run_dir=" + w + "/run";
   run_catalogue(w, {
@@ -232,6 +235,7 @@ TEST(BadInputCatalogue, VocabulariesAlignmentsAndCheckpoints) {
       {"run directory missing", "evaluate -r {W}/nowhere", 2, "{W}/nowhere"},
       {"truncated checkpoint", "evaluate -r {W}/truncated", 2, "best.pt"},
       {"checkpoint of random bytes", "translate -r {W}/random_bytes -i {W}/one_line.src", 2, "best.pt"},
+      {"NUL byte in translate's input", "translate -r {W}/run -i {W}/nul.src", 2, "nul.src:2: contains a NUL byte"},
       {"checkpoint from a different model config", "evaluate -r {W}/mismatch", 2, "best.pt"},
       {"resume with a different model config", other_resume, 2, "differs"},
       {"resume a checkpoint of a different shape", "train -c {W}/good.json --resume --set run_dir={W}/mismatch", 2,
@@ -250,9 +254,11 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
   std::string w = make_work("cat_flags", true);
   write_file(w + "/one_line.src", "the cat sleeps\n");
   write_file(w + "/a_file", "x\n");
+  fs::create_symlink("loop", w + "/loop");  // a symlink to itself
   // /proc refuses new files and directories even to root, which a chmod'ed directory does not.
   run_catalogue(w, {
       {"run_dir under a regular file", "train -c {W}/good.json --set run_dir={W}/a_file/run", 2, "a_file"},
+      {"run_dir that is a symlink loop", "train -c {W}/good.json --set run_dir={W}/loop", 2, "{W}/loop: Too many levels of symbolic links"},
       {"run_dir on a read-only file system", "train -c {W}/good.json --set run_dir=/proc/attnmt_ro_run", 2,
        "/proc/attnmt_ro_run"},
       {"run_dir already holds a run", "train -c {W}/good.json", 2, "--overwrite"},

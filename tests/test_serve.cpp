@@ -271,6 +271,7 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   for (int i = 0; i < 21; ++i) long_line += "w ";
   expect_error(srv->post("/translator/translate", json::array({{{"src", long_line}}}).dump()), 400, "21 words");
   expect_error(srv->post("/translator/translate", "[{\"src\": \"\xff\xfe\"}]"), 400, "");
+  expect_error(srv->post("/translator/translate", "[{\"src\": \"the\\u0000cat\"}]"), 400, "NUL");  // as translate and train refuse it
   // Oversized: a body over --max-request-bytes, more sentences than --max-sentences.
   expect_error(srv->post("/translator/translate", json::array({{{"src", std::string(3000, 'a')}}}).dump()), 413, "limit");
   json five = json::array();

@@ -259,13 +259,57 @@ void apply_override(json& j, const std::string& assignment) {
   }
 }
 
+namespace {
+
+// A parser callback that refuses an object with the same key twice (the JSON library would keep the last value
+// silently), naming the key by its path.
+class DuplicateKeyCheck {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start: frames_.push_back({true, {}, ""}); break;
+      case json::parse_event_t::array_start: frames_.push_back({false, {}, ""}); break;
+      case json::parse_event_t::object_end:
+      case json::parse_event_t::array_end: frames_.pop_back(); break;
+      case json::parse_event_t::key: {
+        Frame& f = frames_.back();
+        f.key = parsed.get<std::string>();
+        if (!f.seen.insert(f.key).second) throw UsageError("duplicated key " + path() + " (give each key once)");
+        break;
+      }
+      default: break;
+    }
+    return true;
+  }
+
+ private:
+  struct Frame {
+    bool object;
+    std::set<std::string> seen;
+    std::string key;  // the member being read
+  };
+  std::string path() const {
+    std::string p;
+    for (const auto& f : frames_) p += f.object ? (p.empty() ? "" : ".") + f.key : std::string("[]");
+    return p;
+  }
+  std::vector<Frame> frames_;
+};
+
+}  // namespace
+
 json read_json_file(const std::string& file) {
   std::ifstream in(file, std::ios::binary);
   if (!in) throw UsageError(file + ": cannot open file");
   std::stringstream buf;
   buf << in.rdbuf();
   try {
-    return json::parse(buf.str());
+    DuplicateKeyCheck check;
+    return json::parse(buf.str(), [&check](int depth, json::parse_event_t event, json& parsed) {
+      return check(depth, event, parsed);
+    });
+  } catch (const UsageError& e) {
+    throw UsageError(file + ": " + e.what());
   } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers such as 1e400
     std::string msg = e.what();
     // nlohmann's message starts with "[json.exception.parse_error.101] "; keep the readable part.

@@ -115,6 +115,7 @@ void read_sentences(const json& req, const ServeLimits& limits, TranslateRequest
   for (size_t i = 0; i < req.size(); ++i) {
     std::string src = req[i]["src"].get<std::string>();
     if (find_invalid_utf8(src) != std::string::npos) throw RequestError{400, item(i) + ": \"src\" is not valid UTF-8"};
+    if (src.find('\0') != std::string::npos) throw RequestError{400, item(i) + ": \"src\" contains a NUL character"};
     const int words = count_words(src);
     if (words > limits.max_words)
       throw RequestError{400, item(i) + ": " + std::to_string(words) + " words, over the limit of " + std::to_string(limits.max_words) + " (--max-words)"};
