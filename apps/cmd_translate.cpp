@@ -10,6 +10,8 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
@@ -85,47 +87,64 @@ std::string format_result(int64_t index, const std::string& src, const std::vect
 }  // namespace
 
 namespace {
-// Line reader over a file descriptor that can tell whether more input is ready without blocking.
+// Line reader over a file descriptor that can tell whether more input is ready without blocking. Reading is linear in
+// the input: each byte is searched for a newline once. A line longer than kMaxLineBytes is refused (UsageError naming
+// the input and the line) rather than held in memory.
 class LineReader {
  public:
-  explicit LineReader(int fd) : fd_(fd) {}
+  static constexpr size_t kMaxLineBytes = size_t{1} << 20;
+
+  LineReader(int fd, std::string name) : fd_(fd), name_(std::move(name)) {}
   // (A byte-order mark at the start of the input is removed, as every file reader does.)
   // Next line if one is complete in the buffer, or (blocking) after reading more; false at EOF.
   bool next(std::string& line) {
     for (;;) {
-      size_t nl = buf_.find('\n', pos_);
+      const size_t nl = find_newline();
       if (nl != std::string::npos) {
-        line = buf_.substr(pos_, nl - pos_);
+        take(line, nl);
         pos_ = nl + 1;
+        scanned_ = pos_;
         if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (first_) strip_bom(line);
-        first_ = false;
         return true;
       }
       if (eof_) {
-        if (pos_ < buf_.size()) {
-          line = buf_.substr(pos_);
-          pos_ = buf_.size();
-          if (first_) strip_bom(line);
-          first_ = false;
-          return true;
-        }
-        return false;
+        if (pos_ >= buf_.size()) return false;
+        take(line, buf_.size());
+        pos_ = scanned_ = buf_.size();
+        return true;
       }
+      if (buf_.size() - pos_ > kMaxLineBytes) too_long();
       fill();
     }
   }
   // True when a line can be returned without waiting.
   bool ready() {
-    if (buf_.find('\n', pos_) != std::string::npos || eof_) return true;
+    if (find_newline() != std::string::npos || eof_) return true;
     pollfd p{fd_, POLLIN, 0};
     return ::poll(&p, 1, 0) > 0;
   }
 
  private:
+  // The next newline at or after pos_; the bytes searched are not searched again.
+  size_t find_newline() {
+    const size_t nl = buf_.find('\n', scanned_);
+    scanned_ = nl == std::string::npos ? buf_.size() : nl;
+    return nl;
+  }
+  [[noreturn]] void too_long() const {
+    throw UsageError(name_ + ":" + std::to_string(lines_ + 1) + ": a line longer than " +
+                     std::to_string(kMaxLineBytes >> 20) + " MiB (translate's limit of one input line)");
+  }
+  void take(std::string& line, size_t end) {
+    if (end - pos_ > kMaxLineBytes) too_long();
+    line.assign(buf_, pos_, end - pos_);
+    if (lines_ == 0) strip_bom(line);
+    ++lines_;
+  }
   void fill() {
     if (pos_ > 0) {
       buf_.erase(0, pos_);
+      scanned_ -= pos_;
       pos_ = 0;
     }
     char tmp[65536];
@@ -137,10 +156,12 @@ class LineReader {
     buf_.append(tmp, static_cast<size_t>(n));
   }
   int fd_;
+  std::string name_;   // for errors: the file, or stdin
   std::string buf_;
-  size_t pos_ = 0;
+  size_t pos_ = 0;      // start of the next line in buf_
+  size_t scanned_ = 0;  // buf_[pos_, scanned_) holds no newline
   bool eof_ = false;
-  bool first_ = true;  // the next line is the first one
+  int64_t lines_ = 0;   // lines returned
 };
 
 struct TranslateOptions {
@@ -244,7 +265,7 @@ int run_translate(const TranslateOptions& o, const GlobalOptions& g) {
     if (!file) throw UsageError(o.output + ": cannot open for writing");
   }
   std::ostream& out = tmp_out.empty() ? std::cout : file;
-  LineReader reader(fd);
+  LineReader reader(fd, o.input.empty() ? std::string("stdin") : o.input);
   std::unique_ptr<ProgressLine> progress;  // a file's size is known: show progress and time left on a terminal
   if (fd != 0) progress = std::make_unique<ProgressLine>("translating", static_cast<int64_t>(count_lines(o.input)));
   int64_t count = 0;

@@ -226,6 +226,7 @@ TEST(BadInputCatalogue, VocabulariesAlignmentsAndCheckpoints) {
   write_file(w + "/one_line.src", "the cat sleeps\n");
   write_file(w + "/one_line.ref", "le chat dort\n");
   write_file(w + "/nul.src", std::string("the cat\nthe\0dog\n", 16));
+  write_file(w + "/long_line.src", "the cat\n" + std::string((1u << 20) + 10, 'a') + "\n");
 
   std::string other_resume = "train -c " + other_cfg + " --resume --set run_dir=" + w + "/run";
   run_catalogue(w, {
@@ -236,6 +237,8 @@ TEST(BadInputCatalogue, VocabulariesAlignmentsAndCheckpoints) {
       {"truncated checkpoint", "evaluate -r {W}/truncated", 2, "best.pt"},
       {"checkpoint of random bytes", "translate -r {W}/random_bytes -i {W}/one_line.src", 2, "best.pt"},
       {"NUL byte in translate's input", "translate -r {W}/run -i {W}/nul.src", 2, "nul.src:2: contains a NUL byte"},
+      {"a line over 1 MiB in translate's input", "translate -r {W}/run -i {W}/long_line.src", 2,
+       "long_line.src:2: a line longer than 1 MiB"},
       {"checkpoint from a different model config", "evaluate -r {W}/mismatch", 2, "best.pt"},
       {"resume with a different model config", other_resume, 2, "differs"},
       {"resume a checkpoint of a different shape", "train -c {W}/good.json --resume --set run_dir={W}/mismatch", 2,
