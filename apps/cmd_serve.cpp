@@ -73,7 +73,10 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
               if (c != 'q') spdlog::info("signal: stopping; answering the requests in flight");
               server.stop();
             });
-            std::printf("serving %zu model(s) on http://%s:%d/ (Ctrl-C stops)\n", opt->svc.runs.size(), opt->http.host.c_str(), server.port());
+            // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:5075/.
+            const std::string& h = opt->http.host;
+            const std::string url_host = h.find(':') != std::string::npos ? "[" + h + "]" : h;
+            std::printf("serving %zu model(s) on http://%s:%d/ (Ctrl-C stops)\n", opt->svc.runs.size(), url_host.c_str(), server.port());
             std::fflush(stdout);
             server.run();
             const char q = 'q';  // the server ended on its own: let the signal thread go

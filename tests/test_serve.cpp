@@ -282,6 +282,8 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   for (int i = 0; i < 4; ++i) four.push_back({{"src", s}});
   expect_error(srv->post("/translator/translate", four.dump()), 503, "queue is full");
   expect_error(srv->get("/nothing/here"), 404, "no such path");
+  expect_error(srv->get("/translator/translate"), 405, "method not allowed (use POST)");  // a known path, another method
+  expect_error(http_request("127.0.0.1", srv->port, "DELETE", "/models"), 405, "use GET");
   // Still serving after all of that.
   HttpResult ok = srv->post("/translator/translate", one({}));
   EXPECT_EQ(ok.status, 200) << ok.body;

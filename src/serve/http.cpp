@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -28,6 +29,16 @@ void send(httplib::Response& res, const ApiReply& r) {
   res.status = r.status;
   // An error message may quote the request's bytes (a JSON parse error does): invalid UTF-8 there is replaced.
   res.set_content(r.body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), kJson);
+}
+
+// The method a path of the API answers ("" for a path it does not have).
+std::string method_of(const std::string& path) {
+  for (const char* root : {"", "/translator"}) {
+    const std::string r = root;
+    if (path == r + "/translate") return "POST";
+    if (path == r + "/models" || path == r + "/health") return "GET";
+  }
+  return path == "/" || path == "/index.html" ? "GET" : "";
 }
 
 }  // namespace
@@ -62,13 +73,21 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
     s.Get(r + "/health", health);
     s.Post(r + "/translate", translate);
   }
-  // What httplib answers by itself (an unknown path, a body over the limit, a malformed request) in the API's form.
+  // What httplib answers by itself (an unknown path, a known path with another method, a body over the limit, a
+  // malformed request) in the API's form.
   s.set_error_handler([&svc](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     std::string msg;
-    if (res.status == 404) msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, GET /models, GET /health, GET /)";
-    else if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
-    else msg = "HTTP " + std::to_string(res.status);
+    const std::string allowed = res.status == 404 ? method_of(req.path) : "";
+    if (!allowed.empty()) {
+      res.status = 405;
+      res.set_header("Allow", allowed);
+      msg = req.method + " " + req.path + ": method not allowed (use " + allowed + ")";
+    } else if (res.status == 404) {
+      msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, GET /models, GET /health, GET /)";
+    }
+    if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
+    if (msg.empty()) msg = "HTTP " + std::to_string(res.status);
     send(res, api_error(res.status, msg));
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
