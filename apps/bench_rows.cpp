@@ -225,7 +225,8 @@ void time_allreduce(BenchRow& r, Distributed& dist, const CommStats& before, dou
                name, r.train_tok_s, dist.world(), r.allreduce_step_ms, r.allreduce_alone_ms, r.gradient_mb);
 }
 
-// What one decoding measurement needs.
+// What one decoding measurement needs: the model, and the sources of the whole batch (greedy) and of the first
+// sentences (beam 5, at most 16).
 struct Decoding {
   Seq2Seq& model;
   const ModelConfig& m;
@@ -233,12 +234,14 @@ struct Decoding {
   const BenchOptions& o;
   const torch::Device& dev;
   RoofSampler& sampler;
+  Batch src_only, sub;
+  std::vector<int64_t> first;  // the sentences of sub
 };
 
 // Batched greedy over the whole batch, a fixed length so that every type does the same work: seconds per search and
 // the FLOPs of the steps run. The search options are returned for the dispatch counts.
 SearchOptions time_greedy(BenchRow& r, const Decoding& c, double* seconds, double* flops) {
-  const Batch src_only = make_src_batch(c.d.srcs, c.d.all);
+  const Batch& src_only = c.src_only;
   SearchOptions gs;
   // The batch runs max over rows of (ratio * src_len + 10) steps: 20 + 10 = 30 for the longest (S) source, as many as
   // the Python peer's greedy runs (its per-sentence rate compares directly).
@@ -271,9 +274,9 @@ SearchOptions time_beam(BenchRow& r, const Decoding& c) {
   SearchOptions bs;
   bs.beam_size = 5;
   bs.max_len_ratio = 20.0 / static_cast<double>(std::max<int64_t>(1, c.o.min_len));  // >= 30 steps per sentence
-  const int nb = std::min(16, c.o.batch);
-  const std::vector<int64_t> first(c.d.all.begin(), c.d.all.begin() + nb);
-  const Batch sub = make_src_batch(c.d.srcs, first);
+  const int nb = static_cast<int>(c.first.size());
+  const std::vector<int64_t>& first = c.first;
+  const Batch& sub = c.sub;
   // Beam FLOPs: encoder and keys once per sentence, then decoder step and output layer per row advanced (finished
   // sentences leave the batch, so the rows are counted as the search ran them).
   auto beam_flops = [&](const Batch& b, const SearchStats& st) {
@@ -309,7 +312,7 @@ SearchOptions time_beam(BenchRow& r, const Decoding& c) {
 // Dispatch counts per decoder step: greedy over its full length and 10 steps, beam over two length limits (and with
 // --op-names, the greedy step by operation name).
 void count_decoder_steps(BenchRow& r, const Decoding& c, const SearchOptions& gs, const SearchOptions& bs) {
-  const Batch src_only = make_src_batch(c.d.srcs, c.d.all);
+  const Batch& src_only = c.src_only;
   SearchOptions g = gs;
   const PerStep greedy = per_decoder_step([&](bool longer) {
     g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;  // every row to its limit: r.greedy_steps or 10 steps
@@ -333,8 +336,7 @@ void count_decoder_steps(BenchRow& r, const Decoding& c, const SearchOptions& gs
       if (n > 0 && dd != 0) r.greedy_step_ops[op] = dd;
     }
   }
-  const int nb = std::min(16, c.o.batch);
-  const Batch sub = make_src_batch(c.d.srcs, std::vector<int64_t>(c.d.all.begin(), c.d.all.begin() + nb));
+  const Batch& sub = c.sub;
   SearchOptions b = bs;
   const PerStep beam = per_decoder_step([&](bool longer) {
     b.max_len_ratio = longer ? 1.0 : 0.0;  // len + 10 or 10 steps at most
@@ -452,7 +454,8 @@ BenchRow measure_row(const std::string& name, const AttentionConfig& att, const 
     return r;  // decoding is not data-parallel
   }
   model->eval();
-  const Decoding c{model, m, d, o, dev, sampler};
+  const std::vector<int64_t> first(d.all.begin(), d.all.begin() + std::min(16, o.batch));
+  const Decoding c{model, m, d, o, dev, sampler, make_src_batch(d.srcs, d.all), make_src_batch(d.srcs, first), first};
   double greedy_seconds = 0, greedy_flops = 0;
   const SearchOptions gs = time_greedy(r, c, &greedy_seconds, &greedy_flops);
   const SearchOptions bs = time_beam(r, c);
