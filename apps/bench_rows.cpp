@@ -196,6 +196,7 @@ CommStats time_training(BenchRow& r, Trainer& trainer, const ModelConfig& m, con
     if (!dist) sampler.sample();
   }
   r.train_step_count = counted(train_step);
+  if (dev.is_cuda()) r.cuda_kernels_per_training_step = count_cuda_kernels(train_step);
   if (o.op_names) {
     DispatchCounter by_name(/*by_name=*/true);
     train_step();
@@ -321,6 +322,15 @@ void count_decoder_steps(BenchRow& r, const Decoding& c, const SearchOptions& gs
   });
   r.ops_per_greedy_step = greedy.ops;
   r.reads_per_greedy_step = greedy.reads;
+  if (c.dev.is_cuda() && r.greedy_steps > 10) {  // the kernels of the same two searches
+    auto kernels = [&](bool longer) {
+      g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;
+      return count_cuda_kernels([&] { greedy_search(c.model, src_only, g, c.dev); });
+    };
+    const int64_t longer = kernels(true), shorter = kernels(false);
+    if (longer >= 0 && shorter >= 0)
+      r.cuda_kernels_per_greedy_step = static_cast<double>(longer - shorter) / static_cast<double>(r.greedy_steps - 10);
+  }
   if (c.o.op_names) {  // the same difference of two searches, by operation
     auto names = [&](bool longer) {
       DispatchCounter by_name(/*by_name=*/true);

@@ -48,6 +48,9 @@ struct BenchRow {
   std::map<std::string, double> greedy_step_ops;  // by name per greedy step, with --op-names
   double ops_per_target_position = 0, ops_per_greedy_step = 0, ops_per_beam_step = 0;
   double reads_per_greedy_step = 0, reads_per_beam_step = 0;
+  // On a CUDA device, the kernels it ran (count_cuda_kernels): a training step, and per greedy step; -1 elsewhere.
+  int64_t cuda_kernels_per_training_step = -1;
+  double cuda_kernels_per_greedy_step = -1;
 };
 
 // The machine's float32 matmul rate (best of 20 1024^3 products; summed over the ranks of a data-parallel run) and the

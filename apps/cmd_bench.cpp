@@ -69,7 +69,7 @@ void print_single(const std::vector<BenchRow>& rows, const Roofline& roof, doubl
     j["precision"] = ps.precision;
     j["cuda_tf32"] = ps.cuda_tf32;
     j["cudnn_tf32"] = ps.cudnn_tf32;
-    for (const auto& r : rows)
+    for (const auto& r : rows) {
       j["rows"].push_back({{"attention", r.name}, {"parameters", r.params}, {"train_tokens_per_s", r.train_tok_s},
                            {"train_flops_per_step", r.train_flops_step}, {"train_gflops", r.train_gflops},
                            {"train_mfu", r.train_mfu}, {"greedy_sentences_per_s", r.greedy_sent_s},
@@ -88,6 +88,12 @@ void print_single(const std::vector<BenchRow>& rows, const Roofline& roof, doubl
                            {"host_reads", {{"per_training_step", r.train_step_count.host_reads},
                                            {"per_greedy_step", r.reads_per_greedy_step},
                                            {"per_beam_step", r.reads_per_beam_step}}}});
+      if (r.cuda_kernels_per_training_step >= 0)  // on a CUDA device only
+        j["rows"].back()["cuda_kernels"] = {
+            {"per_training_step", r.cuda_kernels_per_training_step},
+            {"per_target_position", static_cast<double>(r.cuda_kernels_per_training_step) / static_cast<double>(d.T)},
+            {"per_greedy_step", r.cuda_kernels_per_greedy_step}};
+    }
     std::cout << j.dump(2) << "\n";
   } else {
     std::printf("BLAS: %s\n", blas_info().c_str());

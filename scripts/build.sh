@@ -23,6 +23,10 @@ if [ "$PYTORCH" = 1 ]; then
   if [ -z "${CUDACXX:-}" ] && ! command -v nvcc >/dev/null && [ -x /usr/local/cuda/bin/nvcc ]; then export CUDACXX=/usr/local/cuda/bin/nvcc; fi
 fi
 BUILD_DIR=${BUILD_DIR:-build}
+# A machine with ninja and no make (a GPU machine's image can be such): Ninja, unless the folder was configured already.
+if ! command -v make >/dev/null && command -v ninja >/dev/null && [ ! -f "$BUILD_DIR/CMakeCache.txt" ]; then
+  extra+=(-G Ninja)
+fi
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >"$BUILD_DIR.configure.log" 2>&1 || {
   cat "$BUILD_DIR.configure.log" >&2; exit 1; }
 grep "^-- attnmt:" "$BUILD_DIR.configure.log" || true

@@ -8,6 +8,7 @@
 // LibTorch's RecordFunction callbacks, the hook its own profiler uses: nothing is counted by hand.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 
@@ -40,5 +41,15 @@ class DispatchCounter {
 // Whether an ATen operation (without its "aten::" prefix) only makes a view, allocates or reads a scalar: the peer's
 // list, which is not counted as dispatched.
 bool is_view_or_allocation(const std::string& op);
+
+}  // namespace attnmt
+
+namespace attnmt {
+
+// The work a CUDA device did for f: every event LibTorch's profiler (Kineto, over CUPTI) records on a CUDA device,
+// kernels, copies and fills, as the peer's count_ops counts its "cuda_kernels". The true launch count that the CPU-side
+// count above stands for. -1 where it cannot be had: no CUDA device visible, a LibTorch before 2.0, or a profiler that
+// would not start (the reason is logged once).
+int64_t count_cuda_kernels(const std::function<void()>& f);
 
 }  // namespace attnmt
