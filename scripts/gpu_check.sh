@@ -82,6 +82,8 @@ EOF
 }
 fail() { echo "gpu_check: FAIL $*" >&2; fig failed "\"$(echo "$*" | sed 's/"/'\''/g')\""; finish; exit 1; }
 start_all=$(date +%s)
+# Stopped from outside (a timeout): the figures so far still make the phase's JSON.
+trap 'fail "stopped by a signal"' TERM INT
 fig phase "\"$PHASE\""
 fig device "\"$DEVICE\""
 BUILD_DIR=$(dirname "$BIN")
@@ -127,7 +129,22 @@ if [ "$PHASE" = build ]; then
   fig tests.passed "$(grep -c '^\[       OK \]' "$OUT/tests.log" || true)"
   fig tests.skipped "$(grep -c '^\[  SKIPPED \]' "$OUT/tests.log" || true)"
   fig tests.failed "$(grep -c '^\[  FAILED  \].*ms)' "$OUT/tests.log" || true)"
-  [ "$rc" = 0 ] || fail "tests: $(grep -m 3 '^\[  FAILED  \]' "$OUT/tests.log" | tr '\n' ' ')"
+  exit_crash=""
+  if [ "$rc" -ge 128 ] && grep -q '^\[  PASSED  \]' "$OUT/tests.log" && ! grep -q '^\[  FAILED  \]' "$OUT/tests.log"; then
+    # Every test passed and the process died on its way out: say so (the phase fails at its end), take a backtrace
+    # where a debugger is at hand, and go on to the first step's loss.
+    exit_crash="the test binary died with signal $((rc - 128)) after every test passed"
+    fig tests.exit_crash "\"$exit_crash\""
+    dbg=$(command -v gdb || command -v cuda-gdb || true)
+    if [ -n "$dbg" ]; then
+      timeout 90 "$dbg" -q -batch -ex run -ex bt -ex 'info threads' -ex 'thread apply all bt 8' \
+        --args "$tests" --gtest_filter='Cuda.*:DispatchCount.*:HostReads.*' >"$W/crash_gdb.log" 2>&1 || true
+      grep -v '^\[' "$W/crash_gdb.log" | tail -n 150 >"$OUT/crash_backtrace.txt"
+    fi
+    echo "gpu_check: FAIL $exit_crash" >&2
+  else
+    [ "$rc" = 0 ] || fail "tests: $(grep -m 3 '^\[  FAILED  \]' "$OUT/tests.log" | tr '\n' ' ')"
+  fi
   ok "tests: $(grep -E '^\[  PASSED  \]' "$OUT/tests.log")"
 
   # The first step's training loss, device against CPU (dropout off: the two draw different masks).
@@ -146,6 +163,7 @@ if [ "$PHASE" = build ]; then
     fail "first step's loss $x on $DEVICE, $y on the CPU"
   ok "first step's loss $x on $DEVICE, $y on the CPU"
   fig seconds $(( $(date +%s) - start_all ))
+  [ -z "$exit_crash" ] || fail "$exit_crash"
   finish
   echo "gpu_check: build phase passed"
   exit 0
