@@ -137,7 +137,7 @@ if [ "$PHASE" = build ]; then
     fig tests.exit_crash "\"$exit_crash\""
     dbg=$(command -v gdb || command -v cuda-gdb || true)
     if [ -n "$dbg" ]; then
-      timeout 90 "$dbg" -q -batch -ex run -ex bt -ex 'info threads' -ex 'thread apply all bt 8' \
+      timeout "${GDB_SECONDS:-90}" "$dbg" -q -batch -ex run -ex bt -ex 'info threads' -ex 'thread apply all bt 8' \
         --args "$tests" --gtest_filter='Cuda.*:DispatchCount.*:HostReads.*' >"$W/crash_gdb.log" 2>&1 || true
       grep -v '^\[' "$W/crash_gdb.log" | tail -n 150 >"$OUT/crash_backtrace.txt"
     fi

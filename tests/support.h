@@ -1,6 +1,7 @@
 // Shared test helpers: temporary directories, file writing, running the CLI, shared corpora.
 #pragma once
 #include <fcntl.h>
+#include <ftw.h>
 #include <spawn.h>
 #include <unistd.h>
 
@@ -19,15 +20,27 @@
 
 namespace attnmt::test {
 
-// Paths this test process created under the temporary directory; removed when the process ends (set
-// ATTNMT_KEEP_TEST_FILES=1 to keep them for a look). Forked children leave with _exit and never run this.
+// Removes a file, or a folder with everything in it; nothing when it is not there. Not std::filesystem::remove_all:
+// PyPI's LibTorch exports a copy of the C++ library's filesystem functions from libtorch.so, which code linked against
+// it binds to (pytorch/pytorch#133437), and on the GPU machine (torch 2.11.0+cu130) that remove_all called a null
+// pointer. Layers.NoCodeCallsStdFilesystemRemoveAll keeps it out.
+inline void remove_tree(const std::filesystem::path& p) {
+  ::nftw(p.c_str(), [](const char* f, const struct stat*, int, struct FTW*) { return ::remove(f); }, 16,
+         FTW_DEPTH | FTW_PHYS);
+}
+
+// Paths this test process created under the temporary directory; removed after the last test (set
+// ATTNMT_KEEP_TEST_FILES=1 to keep them for a look) by the global environment in tests/support.cpp, inside
+// RUN_ALL_TESTS: not among the destructors that run at exit, where, on the GPU machine with PyPI's LibTorch 2.11,
+// std::filesystem::remove_all (bound to the copy libtorch.so exports) called a null pointer. Forked children leave
+// with _exit and never remove anything.
 struct TempPaths {
   pid_t owner = ::getpid();
   std::vector<std::filesystem::path> paths;
-  ~TempPaths() {
+  void remove_all() {
     if (::getpid() != owner || std::getenv("ATTNMT_KEEP_TEST_FILES")) return;
-    std::error_code ec;
-    for (const auto& p : paths) std::filesystem::remove_all(p, ec);
+    for (const auto& p : paths) remove_tree(p);
+    paths.clear();
   }
 };
 inline TempPaths& temp_paths() {
@@ -37,7 +50,7 @@ inline TempPaths& temp_paths() {
 
 inline std::string temp_dir(const std::string& name) {
   auto dir = std::filesystem::path(testing::TempDir()) / ("attnmt_" + name + "_" + std::to_string(::getpid()));
-  std::filesystem::remove_all(dir);
+  remove_tree(dir);
   std::filesystem::create_directories(dir);
   temp_paths().paths.push_back(dir);
   return dir.string();

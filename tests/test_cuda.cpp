@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "common/runtime.h"
+#include "data/batcher.h"
 #include "support.h"
 
 namespace attnmt::cuda_test {
@@ -96,6 +97,20 @@ TEST(Cuda, Tf32AndBf16TrainNearFloat32) {
     EXPECT_NE(test::read_file(dir + "/" + p + "/train.log").find("precision: " + p + " (float32 products in TF32 on CUDA: yes"),
               std::string::npos) << p;
   }
+}
+
+// A batch already on the device goes on as it is (bench's timed steps hand the trainer such a batch; sending it
+// again failed on the first GPU run: "to_device: a host tensor expected").
+TEST(Cuda, ABatchAlreadyOnTheDeviceStaysWhereItIs) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<EncodedPair> data = {{{5, 6, 7}, {8, 9}}, {{5, 6}, {8, 9, 10}}};
+  const Batch host = make_batch(data, {0, 1});
+  const torch::Device cuda(torch::kCUDA, 0);
+  const Batch once = host.to(cuda);
+  ASSERT_TRUE(once.src.is_cuda());
+  const Batch twice = once.to(cuda);
+  EXPECT_TRUE(twice.src.is_same(once.src));
+  EXPECT_TRUE(twice.tgt_out.is_same(once.tgt_out));
 }
 
 }  // namespace attnmt::cuda_test

@@ -114,4 +114,24 @@ TEST(Layers, AttentionTypesAreDecidedInThreeFiles) {
   EXPECT_EQ(deciding, (std::vector<std::string>{"src/common/config.cpp", "src/common/config.h", "src/model/attention.cpp"}));
 }
 
+// std::filesystem::remove_all is not called anywhere (tests/support.h, remove_tree, says why): PyPI's LibTorch exports
+// its own copy, which crashed on the GPU machine.
+TEST(Layers, NoCodeCallsStdFilesystemRemoveAll) {
+  const fs::path root = test::source_dir();
+  const std::string call = std::string("remove_all") + "(";  // not spelled whole here, or this file would match
+  int checked = 0;
+  for (const char* dir : {"src", "apps", "tests"})
+    for (const auto& f : sources(root / dir)) {
+      std::ifstream in(f);
+      int line_no = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++line_no;
+        if (line.find("filesystem::" + call) != std::string::npos || line.find("fs::" + call) != std::string::npos)
+          ADD_FAILURE() << f << ":" << line_no << ": calls std::filesystem's remove_all: " << line;
+      }
+      ++checked;
+    }
+  EXPECT_GT(checked, 80);
+}
+
 }  // namespace attnmt::layers_test
