@@ -46,6 +46,10 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--max-sentences", opt->svc.limits.max_sentences, "Sentences in one request (413 above)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 20));
   app->add_option("--max-words", opt->svc.limits.max_words, "Words in one sentence (400 above)")->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-tokens", opt->svc.limits.max_tokens, "Tokens (or subword pieces) of one sentence after tokenization (413 above)")
+      ->capture_default_str()->check(CLI::Range(1, 1 << 20));
+  app->add_option("--max-cost", opt->svc.limits.max_cost, "A request's tokens times its beam size, summed over its sentences (413 above)")
+      ->capture_default_str()->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app->add_option("--max-queue", opt->svc.limits.max_queue, "Sentences waiting for one model (503 when full)")
       ->capture_default_str()->check(CLI::Range(1, 1 << 24));
   app->add_option("--timeout", opt->svc.limits.timeout_s, "Seconds a request may wait for its translation (503 after)")

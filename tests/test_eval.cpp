@@ -93,6 +93,27 @@ TEST(Search, BeamOneEqualsGreedyWithoutPenalty) {
   }
 }
 
+// SearchOptions::cancelled is asked before every decoder step and ends the search when it says so (serve's deadlines).
+TEST(Search, ACancelledSearchStopsBeforeItsNextStep) {
+  Seq2Seq model = random_model("bahdanau");
+  auto srcs = some_sources();
+  Batch b = make_src_batch(srcs, {0, 1, 2, 3});
+  for (int beam : {1, 3}) {
+    SearchOptions so;
+    so.beam_size = beam;
+    so.stop_at_eos = false;  // a random model: every row runs to its limit unless cancelled
+    int asked = 0;
+    so.cancelled = [&asked] { return ++asked > 3; };
+    if (beam == 1)
+      EXPECT_THROW(greedy_search(model, b, so, torch::kCPU), SearchCancelled);
+    else
+      EXPECT_THROW(beam_search(model, b, so, torch::kCPU), SearchCancelled);
+    EXPECT_EQ(asked, 4) << "beam " << beam << ": asked once a step, and stopped at the first true";
+    so.cancelled = [] { return false; };
+    if (beam == 1) EXPECT_EQ(greedy_search(model, b, so, torch::kCPU).size(), 4u);  // never cancelled: runs whole
+  }
+}
+
 TEST(Search, BatchedEqualsOneAtATime) {
   Seq2Seq model = random_model("bahdanau");
   auto srcs = some_sources();

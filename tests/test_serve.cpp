@@ -287,6 +287,13 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   // Still serving after all of that.
   HttpResult ok = srv->post("/translator/translate", one({}));
   EXPECT_EQ(ok.status, 200) << ok.body;
+  // JSON bodies only (a web page could POST these to a loopback server without a CORS preflight).
+  expect_error(http_request("127.0.0.1", srv->port, "POST", "/translator/translate", one({}), 30, "text/plain"), 415, "'text/plain'");
+  expect_error(http_request("127.0.0.1", srv->port, "POST", "/translator/translate", one({}), 30,
+                            "application/x-www-form-urlencoded"), 415, "Content-Type: application/json");
+  EXPECT_EQ(http_request("127.0.0.1", srv->port, "POST", "/translator/translate", one({}), 30, "Application/JSON; charset=utf-8").status, 200);
+  // /models names the runs; it does not disclose where they are on disk.
+  EXPECT_EQ(srv->get("/models").body.find(runs.bahdanau), std::string::npos);
   EXPECT_GE(parse(srv->get("/health")).value("refused", 0), 20);
   EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
 
@@ -340,6 +347,42 @@ TEST(Serve, ConcurrentClientsGetWhatTranslateGives) {
   EXPECT_EQ(health.value("sentences", 0), kClients * kRequests);
   EXPECT_LT(health.value("batches", 0), kClients * kRequests) << "no two requests were ever decoded together";
   EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+}
+
+// Limits counted in what the model decodes: a sentence's tokens after tokenization, and a request's tokens times its
+// beam size; 413 naming the limit, before any decoding. (Words are counted before that, as "words": 400.)
+TEST(Serve, LimitsCountTokensTimesBeamBeforeDecoding) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--max-tokens", "6", "--max-cost", "30"});
+  ASSERT_GT(srv->port, 0);
+  auto item = [](const std::string& src, int beam) { return json::array({{{"src", src}, {"beam_size", beam}}}).dump(); };
+  expect_error(srv->post("/translator/translate", item("a b c d e f g", 1)), 413, "sentence 1: 7 tokens after tokenization, over the limit of 6 (--max-tokens)");
+  expect_error(srv->post("/translator/translate", item("a b c d e f", 6)), 413, "come to 36, over the limit of 30 (--max-cost)");
+  HttpResult ok = srv->post("/translator/translate", item("a b c d e", 6));  // 5 x 6 = 30: at the limit
+  EXPECT_EQ(ok.status, 200) << ok.body;
+  json two = json::array({{{"src", "a b c"}, {"beam_size", 5}}, {{"src", "a b c d"}, {"beam_size", 5}}});  // (3 + 4) x 5
+  expect_error(srv->post("/translator/translate", two.dump()), 413, "come to 35");
+  EXPECT_EQ(parse(srv->get("/health")).value("batches", -1), 1) << "a refused request was decoded";
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+}
+
+// A request whose deadline passes stops being decoded at the next decoder step: the model is free for the next one,
+// which is answered although the first would have held the model for many seconds.
+TEST(Serve, ADecodePastItsDeadlineIsCancelledAndTheModelFreed) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--timeout", "1", "--max-sentences", "4096", "--max-request-bytes",
+                           "10000000", "--max-cost", "100000000", "--max-batch", "4096"});
+  ASSERT_GT(srv->port, 0);
+  json many = json::array();  // 4,096 sentences, beam 32, in one batch: about 10 s of decoding here, uncancelled
+  for (int i = 0; i < 4096; ++i) many.push_back({{"src", runs.test_src[static_cast<size_t>(i) % runs.test_src.size()]}, {"beam_size", 32}});
+  expect_error(srv->post("/translator/translate", many.dump()), 503, "not decoded within 1 s");
+  HttpResult next = srv->post("/translator/translate", json::array({{{"src", runs.test_src[0]}}}).dump());
+  EXPECT_EQ(next.status, 200) << next.body << " (the model still busy with the abandoned request?)";
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+  EXPECT_NE(read_file(srv->log).find("decoding stopped: every request of its batch passed its deadline"), std::string::npos)
+      << read_file(srv->log);
 }
 
 // SIGTERM while a request is being decoded: that request is answered, then the server exits 0 and listens no more.

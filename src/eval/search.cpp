@@ -42,6 +42,7 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   torch::Tensor finished = torch::zeros({B}, torch::TensorOptions().dtype(torch::kBool).device(device));
   std::vector<torch::Tensor> tokens, scores, weights;
   for (int64_t t = 0; t < max_steps; ++t) {
+    if (opt.cancelled && opt.cancelled()) throw SearchCancelled();
     DecoderStepOutput s = model->decoder->step(y, state, mem);
     const RowArgmax pick = argmax_log_softmax(float_if_reduced(model->decoder->logits(s.readout)));  // [B]: log_softmax + max
     // Rows past their <eos> go on with their own picks: the hypotheses are read up to each row's <eos> below, so
@@ -246,6 +247,7 @@ std::vector<std::vector<Hypothesis>> beam_search(Seq2Seq& model, const Batch& cp
   torch::Tensor y = torch::full({B * K}, kBosId, long_opts);
 
   for (int64_t t = 0; t < max_steps; ++t) {
+    if (opt.cancelled && opt.cancelled()) throw SearchCancelled();
     DecoderStepOutput s = model->decoder->step(y, state, mem);
     if (stats) {
       ++stats->steps;

@@ -1,6 +1,8 @@
 // Decoding: batched greedy and beam search.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <stdexcept>
 #include <vector>
 
 #include <torch/torch.h>
@@ -24,6 +26,14 @@ struct SearchOptions {
   double length_penalty = 1.0; // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-probability
   int nbest = 1;               // hypotheses returned per sentence (beam_search only)
   bool stop_at_eos = true;     // greedy: false runs every row to the length limit (benchmarks)
+  // Asked before every decoder step: true ends the search with SearchCancelled (serve: its client's deadline passed,
+  // or the server is stopping). Empty: never.
+  std::function<bool()> cancelled;
+};
+
+// A search ended by SearchOptions::cancelled.
+struct SearchCancelled : std::runtime_error {
+  SearchCancelled() : std::runtime_error("decoding cancelled") {}
 };
 
 // The search options a run's eval config gives (beam > 0 overrides eval.beam_size).

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -41,6 +42,15 @@ std::string method_of(const std::string& path) {
   return path == "/" || path == "/index.html" ? "GET" : "";
 }
 
+// A Content-Type's media type, lowercased, without its parameters: "Application/JSON; charset=utf-8" -> "application/json".
+std::string media_type(const std::string& content_type) {
+  std::string t = content_type.substr(0, content_type.find(';'));
+  t.erase(0, t.find_first_not_of(" \t"));
+  t.erase(t.find_last_not_of(" \t") + 1);
+  for (char& c : t) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return t;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -64,7 +74,15 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
   auto page = [](const httplib::Request&, httplib::Response& res) { res.set_content(serve_page(), "text/html; charset=utf-8"); };
   auto models = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.models()}); };
   auto health = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.health()}); };
-  auto translate = [&svc](const httplib::Request& req, httplib::Response& res) { send(res, svc.translate(req.body)); };
+  auto translate = [&svc](const httplib::Request& req, httplib::Response& res) {
+    // JSON only: a page elsewhere can POST text/plain or a form to a loopback server without asking first (no CORS
+    // preflight); application/json it cannot.
+    const std::string type = media_type(req.get_header_value("Content-Type"));
+    if (type != "application/json")
+      return send(res, api_error(415, "the body must be JSON, sent as Content-Type: application/json (got " +
+                                          (type.empty() ? std::string("none") : "'" + type + "'") + ")"));
+    send(res, svc.translate(req.body));
+  };
   s.Get("/", page);
   s.Get("/index.html", page);
   for (const char* root : {"", "/translator"}) {
@@ -136,7 +154,7 @@ void HttpServer::stop() {
 }
 
 HttpResult http_request(const std::string& host, int port, const std::string& method, const std::string& path,
-                        const std::string& body, double timeout_s) {
+                        const std::string& body, double timeout_s, const std::string& content_type) {
   httplib::Client c(host, port);
   const auto sec = static_cast<time_t>(timeout_s);
   const auto usec = static_cast<time_t>((timeout_s - static_cast<double>(sec)) * 1e6);
@@ -145,7 +163,7 @@ HttpResult http_request(const std::string& host, int port, const std::string& me
   c.set_write_timeout(sec, usec);
   httplib::Result r = method == "GET"      ? c.Get(path)
                       : method == "DELETE" ? c.Delete(path)
-                                           : c.Post(path, body, "application/json");
+                                           : c.Post(path, body, content_type);
   HttpResult out;
   if (!r) {
     out.error = httplib::to_string(r.error());
@@ -167,7 +185,8 @@ HttpServer::~HttpServer() = default;
 int HttpServer::port() const { return 0; }
 void HttpServer::run() {}
 void HttpServer::stop() {}
-HttpResult http_request(const std::string&, int, const std::string&, const std::string&, const std::string&, double) {
+HttpResult http_request(const std::string&, int, const std::string&, const std::string&, const std::string&, double,
+                        const std::string&) {
   return {0, "", "built without cpp-httplib"};
 }
 

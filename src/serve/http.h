@@ -45,8 +45,9 @@ struct HttpResult {
   std::string body;
   std::string error;  // why there was no answer
 };
-// One request to host:port (method GET, POST or DELETE; body sent as application/json).
+// One request to host:port (method GET, POST or DELETE; a POST's body sent as content_type).
 HttpResult http_request(const std::string& host, int port, const std::string& method, const std::string& path,
-                        const std::string& body = "", double timeout_s = 30);
+                        const std::string& body = "", double timeout_s = 30,
+                        const std::string& content_type = "application/json");
 
 }  // namespace attnmt

@@ -13,6 +13,8 @@ struct ServeLimits {
   int64_t max_request_bytes = 1 << 20;  // a larger body is refused (413)
   int max_sentences = 64;               // sentences in one request (413 above)
   int max_words = 200;                  // whitespace-separated words in one sentence (400 above)
+  int max_tokens = 256;                 // tokens (or subword pieces) of one sentence after tokenization (413 above)
+  int64_t max_cost = 32768;             // a request's tokens times its beam size, summed over its sentences (413 above)
   int max_queue = 4096;                 // sentences waiting for one model (503 when full)
   double timeout_s = 60;                // a request not decoded by then is answered 503
   int max_beam = 32;                    // beam_size and n_best a request may ask for

@@ -61,9 +61,8 @@ class TranslationService::Worker {
     if (name_.empty() || name_ == ".") name_ = fs::absolute(dir).lexically_normal().parent_path().filename().string();
     info_ = {{"model_id", id_},
              {"name", name_},
-             {"run", dir_},
              {"loaded", true},
-             {"checkpoint", run_.checkpoint},
+             {"checkpoint", fs::path(run_.checkpoint).filename().string()},  // names, not where they are on disk
              {"model", describe_model(run_.cfg.model)},
              {"attention", to_string(run_.cfg.model.attention.type)},
              {"has_attention", run_.model->decoder->has_attention()},
@@ -143,8 +142,38 @@ class TranslationService::Worker {
           if (n >= cfg_.max_batch) break;
         }
       }
+      group.erase(std::remove_if(group.begin(), group.end(), [this](const std::shared_ptr<Job>& j) { return !admit(*j); }),
+                  group.end());
       if (!group.empty()) decode(group);
     }
+  }
+
+  // What a job will cost, counted in what the model decodes: its sentences' tokens (or pieces) after tokenization,
+  // times its beam. A job over a limit is answered 413 here, before any decoding, and leaves the group.
+  bool admit(Job& job) {
+    const ServeLimits& lim = cfg_.limits;
+    int64_t cost = 0;
+    for (size_t i = 0; i < job.lines.size(); ++i) {
+      const auto n = static_cast<int64_t>(run_.tok.encode(job.lines[i], Side::kSource).size());
+      if (n > lim.max_tokens) {
+        refuse(job, 413, "sentence " + std::to_string(i + 1) + ": " + std::to_string(n) + " tokens after tokenization, over the limit of " +
+                             std::to_string(lim.max_tokens) + " (--max-tokens)");
+        return false;
+      }
+      cost += n * job.opt.beam;
+    }
+    if (cost > lim.max_cost) {
+      refuse(job, 413, "the request's tokens times its beam size come to " + std::to_string(cost) + ", over the limit of " +
+                           std::to_string(lim.max_cost) + " (--max-cost): send fewer sentences or a smaller beam");
+      return false;
+    }
+    return true;
+  }
+  static void refuse(Job& job, int status, const std::string& message) {
+    try {
+      job.done.set_exception(std::make_exception_ptr(RequestError{status, message}));
+    } catch (const std::future_error&) {
+    }  // already answered
   }
 
   void decode(const std::vector<std::shared_ptr<Job>>& group) {
@@ -158,6 +187,10 @@ class TranslationService::Worker {
       SearchOptions so = search_options(run_.cfg.eval, group.front()->opt.beam);
       so.nbest = group.front()->opt.nbest;
       so.keep_weights = weights && run_.model->decoder->has_attention();
+      // Every request of the group gave up (its deadline passed): the model is freed at the next decoder step.
+      so.cancelled = [&group] {
+        return std::all_of(group.begin(), group.end(), [](const std::shared_ptr<Job>& j) { return j->abandoned.load(); });
+      };
       auto results = translate_lines_nbest(run_, lines, so, cfg_.max_batch);
       batches_.fetch_add(1);
       size_t at = 0;
@@ -168,9 +201,15 @@ class TranslationService::Worker {
         j->done.set_value(std::move(mine));
       }
     } catch (...) {
+      try {
+        throw;
+      } catch (const SearchCancelled&) {
+        spdlog::info("model {}: decoding stopped: every request of its batch passed its deadline", id_);
+      } catch (...) {
+      }
       for (const auto& j : group) {
         try {
-          j->done.set_exception(std::current_exception());
+          j->done.set_exception(std::current_exception());  // SearchCancelled: nobody is waiting
         } catch (const std::future_error&) {
         }  // already answered
       }
