@@ -37,6 +37,8 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--run,-r", opt->svc.runs, "Run directory (repeatable; model ids 100, 101, ... in this order)")->required();
   app->add_option("--host", opt->http.host, "Address to listen on")->capture_default_str();
   app->add_option("--port", opt->http.port, "Port (0: any free port, printed at start)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app->add_option("--token", opt->http.token, "Ask API requests for 'Authorization: Bearer TOKEN' (401 without); the page takes it from its URL's #token=");
+  app->add_option("--allow-host", opt->http.allow_hosts, "A host name the Host header may give besides localhost and addresses (repeatable; 403 otherwise)");
   app->add_option("--checkpoint", opt->svc.checkpoint, "best | last | a checkpoint file (every run)")->capture_default_str();
   app->add_option("--max-batch", opt->svc.max_batch, "Sentences decoded together, across the requests waiting")
       ->capture_default_str()->check(CLI::Range(1, 4096));
@@ -80,7 +82,13 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
             // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:5075/.
             const std::string& h = opt->http.host;
             const std::string url_host = h.find(':') != std::string::npos ? "[" + h + "]" : h;
-            std::printf("serving %zu model(s) on http://%s:%d/ (Ctrl-C stops)\n", opt->svc.runs.size(), url_host.c_str(), server.port());
+            if (!is_loopback(h))
+              spdlog::warn("serve: listening on {}, which other machines may reach; {}", h,
+                           opt->http.token.empty() ? "there is no authentication: anyone who reaches it can use it (--token asks for one)"
+                                                   : "API requests need the --token");
+            const std::string fragment = opt->http.token.empty() ? "" : "#token=" + opt->http.token;
+            std::printf("serving %zu model(s) on http://%s:%d/%s (Ctrl-C stops)\n", opt->svc.runs.size(), url_host.c_str(),
+                        server.port(), fragment.c_str());
             std::fflush(stdout);
             server.run();
             const char q = 'q';  // the server ended on its own: let the signal thread go

@@ -89,7 +89,7 @@ std::unique_ptr<Server> start_server(const std::vector<std::string>& extra) {
   std::vector<std::string> args = {"serve", "--port", "0"};
   args.insert(args.end(), extra.begin(), extra.end());
   s->pid = spawn_cli(args, s->log);
-  const std::regex listening("on http://127\\.0\\.0\\.1:([0-9]+)/");
+  const std::regex listening("on http://(?:\\[[^\\]]*\\]|[^:/]+):([0-9]+)/");
   auto until = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (std::chrono::steady_clock::now() < until) {
     std::smatch m;
@@ -347,6 +347,71 @@ TEST(Serve, ConcurrentClientsGetWhatTranslateGives) {
   EXPECT_EQ(health.value("sentences", 0), kClients * kRequests);
   EXPECT_LT(health.value("batches", 0), kClients * kRequests) << "no two requests were ever decoded together";
   EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+}
+
+// One raw HTTP/1.1 request on a new connection, for the headers http_request does not send; the answer's status
+// (0 when there was none).
+int raw_status(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buf[256];
+    ssize_t n = 0;
+    while (got.find("\r\n") == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  std::smatch m;
+  return std::regex_search(got, m, std::regex("^HTTP/1\\.[01] ([0-9]{3})")) ? std::stoi(m[1]) : 0;
+}
+
+TEST(Serve, TheHostHeaderNamesThisServer) {
+  const std::vector<std::string> none, lab = {"mt.lab"};
+  for (const char* ok : {"", "127.0.0.1:5000", "127.0.0.1", "localhost:5000", "LOCALHOST.", "[::1]:5000", "10.1.2.3:80"})
+    EXPECT_TRUE(host_allowed(ok, none)) << ok;
+  for (const char* bad : {"evil.example", "evil.example:5000", "localhost.evil.example", "mt.lab:5000"})
+    EXPECT_FALSE(host_allowed(bad, none)) << bad;
+  EXPECT_TRUE(host_allowed("mt.lab:5000", lab));
+  EXPECT_TRUE(host_allowed("MT.Lab", lab));
+  for (const char* lo : {"127.0.0.1", "127.1.2.3", "::1", "localhost"}) EXPECT_TRUE(is_loopback(lo)) << lo;
+  for (const char* other : {"0.0.0.0", "::", "192.168.1.2", "example.org"}) EXPECT_FALSE(is_loopback(other)) << other;
+}
+
+// A DNS-rebinding guard and an optional token: a page elsewhere whose name now points here is refused (403); with
+// --token the API answers 401 without "Authorization: Bearer TOKEN", the page itself is still served; a server on an
+// address other machines reach says in its log whether anything protects it.
+TEST(Serve, HostCheckAndTokenGuardTheApi) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--token", "s3cret", "--allow-host", "mt.lab"});
+  ASSERT_GT(srv->port, 0);
+  auto get = [&](const std::string& path, const std::string& host, const std::string& auth) {
+    return raw_status(srv->port, "GET " + path + " HTTP/1.1\r\nHost: " + host + "\r\n" +
+                                     (auth.empty() ? "" : "Authorization: " + auth + "\r\n") + "Connection: close\r\n\r\n");
+  };
+  EXPECT_EQ(get("/models", "evil.example", "Bearer s3cret"), 403);
+  EXPECT_EQ(get("/models", "mt.lab:80", ""), 401);
+  EXPECT_EQ(get("/models", "127.0.0.1", "Bearer s3cre"), 401);
+  EXPECT_EQ(get("/models", "127.0.0.1", "Bearer s3cretX"), 401);
+  EXPECT_EQ(get("/models", "mt.lab", "Bearer s3cret"), 200);
+  EXPECT_EQ(get("/", "localhost", ""), 200);  // the page; it sends the token from its #token=
+  expect_error(srv->post("/translator/translate", json::array({{{"src", runs.test_src[0]}}}).dump()), 401, "Bearer");
+  EXPECT_NE(read_file(srv->log).find("#token=s3cret"), std::string::npos) << "the page's address with its token";
+  EXPECT_EQ(read_file(srv->log).find("no authentication"), std::string::npos);
+  EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
+
+  auto open = start_server({"--run", runs.bahdanau, "--host", "0.0.0.0"});
+  ASSERT_GT(open->port, 0);
+  EXPECT_EQ(open->get("/health").status, 200);
+  EXPECT_EQ(open->stop(), 0);
+  EXPECT_NE(read_file(open->log).find("there is no authentication"), std::string::npos) << read_file(open->log);
 }
 
 // Limits counted in what the model decodes: a sentence's tokens after tokenization, and a request's tokens times its

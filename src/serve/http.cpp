@@ -1,7 +1,9 @@
 #include "serve/http.h"
 
+#include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <chrono>
@@ -17,6 +19,39 @@
 #endif
 
 namespace attnmt {
+
+namespace {
+bool http_is_ip_address(const std::string& h) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, h.c_str(), buf) == 1 || ::inet_pton(AF_INET6, h.c_str(), buf) == 1;
+}
+std::string http_lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+}  // namespace
+
+bool host_allowed(const std::string& host_header, const std::vector<std::string>& allow_hosts) {
+  std::string h = http_lowercase(host_header);
+  if (h.empty()) return true;
+  if (h.front() == '[') {  // [v6]:port
+    const auto close = h.find(']');
+    h = close == std::string::npos ? h : h.substr(1, close - 1);
+  } else if (std::count(h.begin(), h.end(), ':') == 1) {  // name:port or v4:port
+    h = h.substr(0, h.find(':'));
+  }
+  if (!h.empty() && h.back() == '.') h.pop_back();  // "localhost." is "localhost"
+  if (h == "localhost" || http_is_ip_address(h)) return true;
+  for (const auto& a : allow_hosts)
+    if (http_lowercase(a) == h) return true;
+  return false;
+}
+
+bool is_loopback(const std::string& host) {
+  if (host == "localhost" || host == "::1") return true;
+  unsigned char v4[4];
+  return ::inet_pton(AF_INET, host.c_str(), v4) == 1 && v4[0] == 127;
+}
 
 #ifdef ATTNMT_HAVE_HTTPLIB
 
@@ -51,6 +86,15 @@ std::string media_type(const std::string& content_type) {
   return t;
 }
 
+// "Bearer TOKEN" against the token, in time that does not depend on where they differ.
+bool token_matches(const std::string& authorization, const std::string& token) {
+  const std::string prefix = "Bearer ";
+  if (authorization.size() != prefix.size() + token.size() || authorization.compare(0, prefix.size(), prefix) != 0) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < token.size(); ++i) diff |= static_cast<unsigned char>(authorization[prefix.size() + i] ^ token[i]);
+  return diff == 0;
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -71,6 +115,22 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
   s.set_write_timeout(opt.read_timeout_s, 0);
   s.set_keep_alive_timeout(2);
   s.set_payload_max_length(static_cast<size_t>(svc.limits().max_request_bytes));
+  // Before any route: the Host header (a DNS-rebinding guard), then the token for the API (the page itself is served
+  // without it: it carries no data, and takes the token from its URL's #token= to send with its requests).
+  s.set_pre_routing_handler([opt](const httplib::Request& req, httplib::Response& res) {
+    if (!host_allowed(req.get_header_value("Host"), opt.allow_hosts)) {
+      send(res, api_error(403, "Host '" + req.get_header_value("Host") +
+                                   "' is not this server's name (serve --allow-host NAME admits a name)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const bool page = req.path == "/" || req.path == "/index.html";
+    if (!opt.token.empty() && !page && !token_matches(req.get_header_value("Authorization"), opt.token)) {
+      res.set_header("WWW-Authenticate", "Bearer");
+      send(res, api_error(401, "this server asks for a token: send 'Authorization: Bearer TOKEN' (serve --token)"));
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  });
   auto page = [](const httplib::Request&, httplib::Response& res) { res.set_content(serve_page(), "text/html; charset=utf-8"); };
   auto models = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.models()}); };
   auto health = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.health()}); };

@@ -5,6 +5,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "serve/service.h"
 
@@ -15,7 +16,17 @@ struct HttpOptions {
   int port = 5000;       // 0: any free port (HttpServer::port() says which)
   int threads = 64;      // connections served at once (each keep-alive client holds one while connected)
   int read_timeout_s = 5;  // a client that sends nothing for this long is dropped: a slow or dead one blocks only itself
+  std::string token;       // non-empty: the API asks for "Authorization: Bearer TOKEN" (401 without)
+  std::vector<std::string> allow_hosts;  // host names a request's Host header may give besides localhost and addresses
 };
+
+// Whether a request's Host header (name or address, with or without a port) names this server: an IP address,
+// "localhost", or one of allow_hosts. A page elsewhere that rebinds its own name to 127.0.0.1 (DNS rebinding) sends
+// that name, and is refused. An empty header (HTTP/1.0) passes.
+bool host_allowed(const std::string& host_header, const std::vector<std::string>& allow_hosts);
+
+// Whether an address to listen on is a loopback one (127.0.0.0/8, ::1, localhost): reachable from this machine only.
+bool is_loopback(const std::string& host);
 
 // Whether this build has the HTTP server (cpp-httplib was found).
 bool http_available();

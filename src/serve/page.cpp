@@ -44,6 +44,11 @@ ol.nbest{margin:.2em 0;padding-left:1.6em} ol.nbest li span{color:#666;font-size
 "use strict";
 let MODELS = [];
 const $ = (id) => document.getElementById(id);
+// serve --token: the page's URL carries it after #token= (never sent to the server but in this header).
+function auth() {
+  const t = new URLSearchParams(location.hash.slice(1)).get("token");
+  return t ? {"Authorization": "Bearer " + t} : {};
+}
 function el(tag, attrs, text) {
   const e = document.createElement(tag);
   for (const k in (attrs || {})) e.setAttribute(k, attrs[k]);
@@ -136,14 +141,19 @@ async function translate() {
     if (m.has_attention) { item.attention = true; item.align = true; }
     if ($("ref").value.trim()) item.ref = $("ref").value.trim();
     try {
-      const r = await fetch("translator/translate", {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify([item])});
+      const r = await fetch("translator/translate", {method: "POST", headers: Object.assign({"Content-Type": "application/json"}, auth()), body: JSON.stringify([item])});
       render(m, await r.json(), r.status);
     } catch (e) { render(m, {error: String(e)}, 0); }
   }));
   $("status").textContent = "done in " + Math.round(performance.now() - t0) + " ms";
 }
 async function init() {
-  const r = await fetch("models");
+  const r = await fetch("models", {headers: auth()});
+  if (!r.ok) {  // 401: a server started with --token, and a URL without #token=
+    const reply = await r.json().catch(() => ({}));
+    $("status").textContent = "HTTP " + r.status + ": " + (reply.error || "") + (r.status === 401 ? " (open the address serve printed, with its #token=)" : "");
+    return;
+  }
   MODELS = await r.json();
   for (const m of MODELS) {
     const lab = el("label"); const cb = el("input", {type: "checkbox", id: "use-" + m.model_id}); cb.checked = true;
