@@ -123,6 +123,49 @@ void expect_error(const HttpResult& r, int status, const std::string& words) {
   EXPECT_NE(j.value("error", "").find(words), std::string::npos) << r.body;
 }
 
+// A query value, percent-encoded (all but unreserved characters).
+std::string url_encode(const std::string& v) {
+  std::string out;
+  for (unsigned char c : v) {
+    if (std::isalnum(c) || c == '-' || c == '_' || c == '.' || c == '~') {
+      out += static_cast<char>(c);
+    } else {
+      char b[4];
+      std::snprintf(b, sizeof b, "%%%02X", c);
+      out += b;
+    }
+  }
+  return out;
+}
+
+// One raw HTTP/1.1 request on a new connection, for what http_request does not send: the answer as received until
+// the server closes (send "Connection: close"), or "" when there was none.
+std::string raw_exchange(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return "";
+  timeval tv{10, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  std::string got;
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
+    char buf[4096];
+    ssize_t n = 0;
+    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+// The status of such an answer (0 when there was none).
+int raw_status(int port, const std::string& request) {
+  const std::string got = raw_exchange(port, request);
+  std::smatch m;
+  return std::regex_search(got, m, std::regex("^HTTP/1\\.[01] ([0-9]{3})")) ? std::stoi(m[1]) : 0;
+}
+
 // `attnmt translate --format jsonl` of the given lines: each line's hypotheses (text, score), best first.
 std::vector<std::vector<json>> translate_cli(const std::string& run, const std::vector<std::string>& lines, const std::string& flags) {
   std::string in = temp_dir("serve_tr") + "/in.txt";
@@ -287,6 +330,11 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   // Still serving after all of that.
   HttpResult ok = srv->post("/translator/translate", one({}));
   EXPECT_EQ(ok.status, 200) << ok.body;
+  // A request HTTP itself cannot read says so, not just "HTTP 400".
+  const std::string unreadable = raw_exchange(srv->port, "POST /translator/translate HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                                                  "application/json\r\nContent-Length: 12x\r\nConnection: close\r\n\r\n[]");
+  EXPECT_NE(unreadable.find("HTTP/1.1 400"), std::string::npos) << unreadable;
+  EXPECT_NE(unreadable.find("could not be read"), std::string::npos) << unreadable;
   // JSON bodies only (a web page could POST these to a loopback server without a CORS preflight).
   expect_error(http_request("127.0.0.1", srv->port, "POST", "/translator/translate", one({}), 30, "text/plain"), 415, "'text/plain'");
   expect_error(http_request("127.0.0.1", srv->port, "POST", "/translator/translate", one({}), 30,
@@ -347,29 +395,6 @@ TEST(Serve, ConcurrentClientsGetWhatTranslateGives) {
   EXPECT_EQ(health.value("sentences", 0), kClients * kRequests);
   EXPECT_LT(health.value("batches", 0), kClients * kRequests) << "no two requests were ever decoded together";
   EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
-}
-
-// One raw HTTP/1.1 request on a new connection, for the headers http_request does not send; the answer's status
-// (0 when there was none).
-int raw_status(int port, const std::string& request) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  timeval tv{10, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string got;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    char buf[256];
-    ssize_t n = 0;
-    while (got.find("\r\n") == std::string::npos && (n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
-  }
-  ::close(fd);
-  std::smatch m;
-  return std::regex_search(got, m, std::regex("^HTTP/1\\.[01] ([0-9]{3})")) ? std::stoi(m[1]) : 0;
 }
 
 TEST(Serve, TheHostHeaderNamesThisServer) {
@@ -618,6 +643,13 @@ TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
   ASSERT_GT(png.size(), 1000u);
   EXPECT_EQ(png.substr(1, 3), "PNG");
   if (const char* keep = std::getenv("ATTNMT_SERVE_SCREENSHOT")) write_file(keep, png);
+  // A link with a beam and an n-best that the menus lack (3 and 2): both work, each card lists 2 translations.
+  wd.call("POST", "/url", {{"url", "http://127.0.0.1:" + std::to_string(srv->port) + "/?src=" + url_encode(sentence) + "&beam=3&nbest=2"}});
+  for (int i = 0; i < 200 && wd.find_all("body[data-done]").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(wd.find_all("body[data-done]").size(), 1u) << "the link did not translate on load";
+  EXPECT_EQ(wd.find_all(".card .error").size(), 0u) << wd.text(wd.find("#out-100"));
+  EXPECT_EQ(wd.find_all("#out-100 ol.nbest li").size(), 2u);
+  EXPECT_EQ(wd.text(wd.find("#out-100 .tgt")), translate_cli(runs.bahdanau, {sentence}, "--beam 3")[0][0]["text"].get<std::string>());
   EXPECT_EQ(srv->stop(), 0);
 }
 

@@ -165,6 +165,9 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
       msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, GET /models, GET /health, GET /)";
     }
     if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
+    if (msg.empty() && res.status == 400)
+      msg = "the HTTP request could not be read: a malformed request line, header, Content-Length or chunked body";
+    if (msg.empty() && res.status == 414) msg = "the request's path is too long";
     if (msg.empty()) msg = "HTTP " + std::to_string(res.status);
     send(res, api_error(res.status, msg));
   });

@@ -105,7 +105,10 @@ function render(m, reply, status) {
   let meta = "score " + best.pred_score.toFixed(3);
   if (best.bleu !== undefined) meta += ", sentence BLEU " + best.bleu.toFixed(1);
   if (best.align) meta += ", alignment " + best.align;
-  res.appendChild(el("div", {class: "muted score"}, meta));
+  const scoreDiv = el("div", {class: "muted score"}, meta);
+  scoreDiv.title = "score: what the search ranked by: the translation's log-probability (" + best.logprob.toFixed(3) +
+    ", <eos> included), with a beam above 1 divided by the length penalty ((5 + length) / 6)^alpha; 0 would be certainty, lower is less sure";
+  res.appendChild(scoreDiv);
   if (reply.length > 1) {
     const ol = el("ol", {class: "nbest"});
     reply.forEach((rank) => { const li = el("li", {}, rank[0].tgt + " "); li.appendChild(el("span", {}, rank[0].pred_score.toFixed(3))); ol.appendChild(li); });
@@ -175,7 +178,14 @@ async function init() {
   // A link can carry the sentence: /?src=...&beam=5&nbest=3&ref=...&models=100,101 translates it on load.
   const q = new URLSearchParams(location.search);
   if (q.get("models")) { const ids = q.get("models").split(","); for (const m of MODELS) $("use-" + m.model_id).checked = ids.includes(String(m.model_id)); }
-  for (const k of ["beam", "nbest", "ref"]) if (q.get(k)) $(k).value = q.get(k);
+  $("ref").value = q.get("ref") || "";
+  for (const k of ["beam", "nbest"]) {  // any whole number the API takes, not only the menu's: added to the menu
+    const v = q.get(k);
+    if (!v) continue;
+    if (!/^[1-9][0-9]{0,2}$/.test(v)) { $("status").textContent = k + "=" + v + " in the address is not a whole number from 1: ignored"; continue; }
+    if (![...$(k).options].some((o) => o.value === v)) $(k).appendChild(el("option", {}, v));
+    $(k).value = v;
+  }
   if (q.get("src")) { $("src").value = q.get("src"); await translate(); document.body.setAttribute("data-done", "1"); }
 }
 init();
