@@ -20,6 +20,8 @@ textarea{width:100%;font-size:1.05em;padding:.4em;box-sizing:border-box}
 .error{color:#b00020;font-weight:600}
 table.map{border-collapse:collapse;margin:.5em 0}
 table.map td{width:18px;height:18px;border:1px solid #eee;padding:0}
+table.map caption{caption-side:top;text-align:left;font-size:.85em;padding-bottom:.3em}
+.scale .ramp{display:inline-block;width:80px;height:10px;vertical-align:middle;background:linear-gradient(to right,rgb(255,255,255),rgb(0,0,255));border:1px solid #ccc}
 table.map th{font-weight:normal;font-size:.85em;padding:0 .3em;white-space:nowrap}
 table.map thead th{writing-mode:vertical-rl;transform:rotate(180deg);text-align:left;height:auto;padding:.3em 0}
 table.map tbody th{text-align:right}
@@ -87,6 +89,14 @@ function heatMap(card, att) {
     body.appendChild(r);
   });
   t.appendChild(body);
+  // Axis titles and the colour scale: what a row, a column and a shade mean.
+  const cap = el("caption", {class: "muted"}, "rows: the translation, token by token \u2193 \u00b7 columns: the source \u2192 \u00b7 shade: attention weight ");
+  const scale = el("span", {class: "scale"});
+  scale.appendChild(el("span", {}, "0 "));
+  scale.appendChild(el("span", {class: "ramp"}));
+  scale.appendChild(el("span", {}, " 1"));
+  cap.appendChild(scale);
+  t.insertBefore(cap, t.firstChild);
   return t;
 }
 function showMap(card, hyp, pieces) {
