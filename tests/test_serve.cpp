@@ -320,10 +320,10 @@ TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   json five = json::array();
   for (int i = 0; i < 5; ++i) five.push_back({{"src", s}});
   expect_error(srv->post("/translator/translate", five.dump()), 413, "5 sentences");
-  // Four sentences can never fit a queue of three: refused as a full queue would be.
+  // Four sentences can never fit a queue of three: 413, not the 503 "retry later" of a queue that is busy.
   json four = json::array();
   for (int i = 0; i < 4; ++i) four.push_back({{"src", s}});
-  expect_error(srv->post("/translator/translate", four.dump()), 503, "queue is full");
+  expect_error(srv->post("/translator/translate", four.dump()), 413, "4 sentences can never fit model 100's queue of 3 (--max-queue)");
   expect_error(srv->get("/nothing/here"), 404, "no such path");
   expect_error(srv->get("/translator/translate"), 405, "method not allowed (use POST)");  // a known path, another method
   expect_error(http_request("127.0.0.1", srv->port, "DELETE", "/models"), 405, "use GET");

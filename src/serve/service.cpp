@@ -98,6 +98,9 @@ class TranslationService::Worker {
   void submit(const std::shared_ptr<Job>& job) {
     std::lock_guard<std::mutex> g(m_);
     if (stopping_) throw RequestError{503, "the server is shutting down"};
+    if (static_cast<int64_t>(job->lines.size()) > cfg_.limits.max_queue)  // not a busy queue: this never fits
+      throw RequestError{413, std::to_string(job->lines.size()) + " sentences can never fit model " + std::to_string(id_) +
+                                  "'s queue of " + std::to_string(cfg_.limits.max_queue) + " (--max-queue); send fewer"};
     if (queued_ + static_cast<int64_t>(job->lines.size()) > cfg_.limits.max_queue)
       throw RequestError{503, "model " + std::to_string(id_) + ": the queue is full (" + std::to_string(queued_) +
                              " sentences waiting, --max-queue " + std::to_string(cfg_.limits.max_queue) + "); retry later"};
