@@ -14,13 +14,13 @@
 #include "common/host.h"
 #include "common/progress.h"
 #include "common/runtime.h"
-#include "eval/search.h"
 #include "kernels/mode.h"
 #include "kernels/packed_product.h"
 #include "model/attention.h"
 #include "model/flops.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
+#include "translate/search.h"
 
 namespace attnmt::cli {
 

@@ -10,8 +10,9 @@
 #include "common/errors.h"
 #include "common/host.h"
 #include "common/fs.h"
-#include "eval/alignment.h"
-#include "eval/evaluator.h"
+#include "translate/alignment.h"
+#include "eval/aer.h"
+#include "translate/translator.h"
 #include "viz/attention_maps.h"
 
 namespace attnmt::cli {
@@ -93,7 +94,7 @@ DrawnSentences drawn_sentences(LoadedRun& run, const AttentionOptions& o) {
     }
   } else {
     SearchOptions so = search_options(run.cfg.eval, o.beam);
-    auto tr = translate_lines(run, d.srcs, so, run.cfg.eval.batch_size);
+    auto tr = Translator(run, so).best(d.srcs);
     for (size_t i = 0; i < n; ++i) {
       d.tgt_tok[i] = tr[i].tgt_tokens;
       d.tgt_text[i] = tr[i].text;
@@ -132,10 +133,11 @@ struct MapWriter {
 // rows averaged over each word's pieces); AER is taken on words.
 std::optional<AttentionMap> word_map(const LoadedRun& run, const AttentionMap& m) {
   if (!run.tok.subword()) return std::nullopt;
+  WordLevel words = word_level(run.tok, m.src_tokens, m.tgt_tokens, m.weights);
   AttentionMap w;
-  w.src_tokens = run.tok.join_words(m.src_tokens);
-  w.tgt_tokens = run.tok.join_words(m.tgt_tokens);
-  w.weights = word_level_map(m.weights, run.tok.word_index(m.src_tokens), run.tok.word_index(m.tgt_tokens));
+  w.src_tokens = std::move(words.src);
+  w.tgt_tokens = std::move(words.tgt);
+  w.weights = std::move(words.weights);
   w.source_text = m.source_text;
   w.target_text = m.target_text;
   return w;

@@ -9,7 +9,7 @@
 #include "common/errors.h"
 #include "common/fs.h"
 #include "data/vocab.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "model/checkpoint.h"
 
 namespace attnmt::cli {

@@ -7,7 +7,7 @@
 #include "commands.h"
 #include "common/errors.h"
 #include "eval/report.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 
 namespace attnmt::cli {
 

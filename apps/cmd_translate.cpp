@@ -20,8 +20,8 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "common/progress.h"
-#include "eval/alignment.h"
-#include "eval/evaluator.h"
+#include "translate/alignment.h"
+#include "translate/translator.h"
 
 namespace attnmt::cli {
 
@@ -50,7 +50,7 @@ std::string soft_text(const std::vector<std::vector<float>>& rows) {
 // One input line's output in the chosen format (lines end with \n).
 std::string format_result(int64_t index, const std::string& src, const std::vector<Translation>& hyps, const OutputFormat& f) {
   auto align_text = [&](const Translation& t) {
-    if (f.alignment == "hard") return pharaoh(hard_alignment(token_weights(t), f.threshold));
+    if (f.alignment == "hard") return pharaoh(alignment_of(t, f.threshold));
     if (f.alignment == "soft") return soft_text(token_weights(t));
     return std::string();
   };
@@ -61,7 +61,7 @@ std::string format_result(int64_t index, const std::string& src, const std::vect
       nlohmann::json h = {{"text", t.text}, {"tokens", t.tgt_tokens}, {"score", t.score}, {"logprob", t.logprob}};
       if (f.alignment == "hard") {
         nlohmann::json pairs = nlohmann::json::array();
-        for (const auto& [i, jj] : hard_alignment(token_weights(t), f.threshold)) pairs.push_back({i, jj});
+        for (const auto& [i, jj] : alignment_of(t, f.threshold)) pairs.push_back({i, jj});
         h["alignment"] = pairs;
       } else if (f.alignment == "soft") {
         h["alignment"] = token_weights(t);
@@ -216,6 +216,7 @@ SearchOptions translate_search(const LoadedRun& run, const TranslateOptions& o) 
 // Returns the number of lines.
 int64_t translate_stream(LoadedRun& run, const SearchOptions& so, const TranslateOptions& o, LineReader& reader,
                          std::ostream& out, ProgressLine* progress) {
+  const Translator translator(run, so);
   std::vector<std::string> pending;
   std::string line;
   int64_t count = 0;
@@ -227,10 +228,10 @@ int64_t translate_stream(LoadedRun& run, const SearchOptions& so, const Translat
       if (pending[i].find('\0') != std::string::npos) throw UsageError(where + ": contains a NUL byte (binary file?)");
       if (find_invalid_utf8(pending[i]) != std::string::npos) throw UsageError(where + ": invalid UTF-8");
     }
-    auto results = translate_lines_nbest(run, pending, so, run.cfg.eval.batch_size);
+    auto results = translator.nbest(pending);
     if (so.keep_weights && run.tok.subword())  // alignments between words, not pieces
       for (auto& hyps : results)
-        for (auto& t : hyps) t = word_level(run, t);
+        for (auto& t : hyps) t = word_level(run.tok, t);
     for (size_t i = 0; i < results.size(); ++i)
       out << format_result(count + static_cast<int64_t>(i), pending[i], results[i], o.fmt);
     out.flush();

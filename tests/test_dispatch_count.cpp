@@ -14,7 +14,7 @@
 #include "common/dispatch_count.h"
 #include "common/host.h"
 #include "data/batcher.h"
-#include "eval/search.h"
+#include "translate/search.h"
 #include "kernels/mode.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"

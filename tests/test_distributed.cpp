@@ -13,7 +13,7 @@
 
 #include "support.h"
 #include "common/errors.h"
-#include "eval/evaluator.h"
+#include "run/loaded_run.h"
 #include "train/distributed.h"
 #include "train/trainer.h"
 

@@ -8,13 +8,14 @@
 #include "common/host.h"
 #include "data/batcher.h"
 #include "data/toy_corpus.h"
-#include "eval/alignment.h"
+#include "translate/alignment.h"
+#include "eval/aer.h"
 #include "eval/chrf.h"
-#include "eval/evaluator.h"
+#include "translate/translator.h"
 #include "eval/report.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "model/checkpoint.h"
-#include "eval/search.h"
+#include "translate/search.h"
 #include "support.h"
 #include "train/trainer.h"
 
@@ -591,6 +592,38 @@ TEST(Translate, HardAlignmentsAreInRangeAndMatchForcedDecoding) {
   auto th = translate_out("--run " + run + " --beam 3 --alignment hard --alignment-threshold 0.3 --format tsv", translate_input());
   ASSERT_EQ(th.code, 0) << th.output;
   EXPECT_EQ(output_lines(th.output).size(), 6u);
+}
+
+// The Translator in two halves (serve counts the tokens against its limits before decoding them) gives what it gives
+// in one: the same hypotheses, scores and weights; the empty line one empty hypothesis.
+TEST(Translate, TokenizedThenDecodedEqualsTranslatedAtOnce) {
+  LoadedRun loaded = load_run(tiny_run(), "best", "cpu");
+  SearchOptions opt = search_options(loaded.cfg.eval, 3);
+  opt.nbest = 2;
+  opt.keep_weights = true;
+  const Translator tr(loaded, opt, 2);
+  const std::vector<std::string> src = read_lines(translate_input());
+  ASSERT_EQ(src.size(), 6u);
+  const auto tokens = tr.tokenize(src);
+  ASSERT_EQ(tokens.size(), src.size());
+  EXPECT_TRUE(tokens[5].empty());
+  const auto once = tr.nbest(src), halves = tr.nbest_tokens(tokens);
+  ASSERT_EQ(once.size(), src.size());
+  ASSERT_EQ(halves.size(), once.size());
+  for (size_t i = 0; i < once.size(); ++i) {
+    ASSERT_EQ(halves[i].size(), once[i].size()) << i;
+    EXPECT_EQ(once[i].size(), i == 5 ? 1u : 2u) << i;
+    for (size_t n = 0; n < once[i].size(); ++n) {
+      EXPECT_EQ(halves[i][n].src_tokens, tokens[i]);
+      EXPECT_EQ(halves[i][n].text, once[i][n].text);
+      EXPECT_EQ(halves[i][n].score, once[i][n].score);
+      EXPECT_EQ(halves[i][n].weights, once[i][n].weights);
+    }
+  }
+  EXPECT_TRUE(once[5][0].text.empty());
+  const auto best = tr.best(src);
+  ASSERT_EQ(best.size(), src.size());
+  EXPECT_EQ(best[0].text, once[0][0].text);
 }
 
 TEST(Translate, SoftRowsSumToOneAndJsonlRoundTripsTheText) {

@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "common/config.h"
-#include "eval/evaluator.h"
+#include "translate/translator.h"
 #include "kernels/mode.h"
 #include "model/decoder.h"
 #include "support.h"
@@ -101,7 +101,7 @@ Decoded decode_under(KernelMode m, const std::string& run_dir, int beam) {
   opt.nbest = beam > 1 ? 2 : 1;
   Decoded d;
   const std::vector<std::string> src = test_sources();
-  d.nbest = translate_lines_nbest(run, src, opt, 4);
+  d.nbest = Translator(run, opt, 4).nbest(src);
   std::vector<std::vector<std::string>> s, t;
   for (size_t i = 0; i < src.size(); ++i) {
     s.push_back(d.nbest[i][0].src_tokens);

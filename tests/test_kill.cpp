@@ -13,8 +13,8 @@
 
 #include "support.h"
 #include "data/vocab.h"
-#include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "run/loaded_run.h"
+#include "run/run_dir.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
 

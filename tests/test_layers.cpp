@@ -16,10 +16,11 @@ namespace attnmt::layers_test {
 
 namespace fs = std::filesystem;
 
-// The intended order, lowest first: common -> data, kernels -> model -> viz -> eval -> train -> serve, lab. Folders of
-// one rank are peers: neither includes the other. Every folder under src/ has a rank here.
-const std::vector<std::pair<std::string, int>> kLayers = {{"common", 0}, {"data", 1},  {"kernels", 1}, {"model", 2}, {"viz", 3},
-                                                          {"eval", 4},   {"train", 5}, {"serve", 6},   {"lab", 6}};
+// The intended order, lowest first: common -> data, kernels -> model -> viz -> run -> translate -> eval -> train ->
+// serve, lab. Folders of one rank are peers: neither includes the other. Every folder under src/ has a rank here.
+const std::vector<std::pair<std::string, int>> kLayers = {
+    {"common", 0}, {"data", 1},      {"kernels", 1}, {"model", 2}, {"viz", 3},   {"run", 4},
+    {"translate", 5}, {"eval", 6}, {"train", 7},   {"serve", 8}, {"lab", 8}};
 
 int rank_of(const std::string& folder) {
   for (const auto& [name, rank] : kLayers)
@@ -44,6 +45,10 @@ TEST(Layers, TheRuleRefusesPeersAndHigherLayers) {
   EXPECT_FALSE(may_include("data", "kernels"));  // peers
   EXPECT_FALSE(may_include("lab", "serve"));
   EXPECT_FALSE(may_include("eval", "train"));  // above
+  EXPECT_TRUE(may_include("eval", "translate"));   // evaluation translates
+  EXPECT_TRUE(may_include("translate", "run"));    // translation starts from a loaded run
+  EXPECT_FALSE(may_include("run", "translate"));
+  EXPECT_FALSE(may_include("translate", "eval"));
   EXPECT_FALSE(may_include("common", "data"));
 }
 

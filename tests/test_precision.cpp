@@ -13,11 +13,11 @@
 #include "common/errors.h"
 #include "common/precision.h"
 #include "data/batcher.h"
-#include "eval/search.h"
 #include "kernels/mode.h"
 #include "model/loss.h"
 #include "model/seq2seq.h"
 #include "train/trainer.h"
+#include "translate/search.h"
 
 namespace attnmt::precision_test {
 

@@ -16,7 +16,7 @@
 
 #include "support.h"
 #include "eval/bleu.h"
-#include "eval/evaluator.h"
+
 #include "serve/http.h"
 #include "train/trainer.h"
 
@@ -214,7 +214,7 @@ TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
   ASSERT_TRUE(out.is_array());
   ASSERT_EQ(out.size(), 1u);
   ASSERT_EQ(out[0].size(), 2u);
-  auto expected = translate_cli(runs.bahdanau, two, "");
+  auto expected = translate_cli(runs.bahdanau, two, "--alignment hard");
   ASSERT_EQ(expected.size(), 2u);
   auto words = [](const std::string& line) { return static_cast<int>(std::count(line.begin(), line.end(), ' ') + 1); };
   for (size_t i = 0; i < 2; ++i) {
@@ -227,13 +227,23 @@ TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
     ASSERT_TRUE(h["align"].is_string());
     std::istringstream pairs(h["align"].get<std::string>());
     int n = 0;
+    std::vector<std::pair<int, int>> links;
     for (std::string p; pairs >> p; ++n) {
-      int si = std::stoi(p.substr(0, p.find('-'))), ti = std::stoi(p.substr(p.find('-') + 1));
-      EXPECT_GE(si, 0);
+      const size_t dash = p.find('-');
+      ASSERT_TRUE(dash != std::string::npos && dash > 0) << p;
+      int si = std::stoi(p.substr(0, dash)), ti = std::stoi(p.substr(dash + 1));
       EXPECT_LT(si, words(two[i]));
       EXPECT_EQ(ti, n);
+      links.emplace_back(si, ti);
     }
     EXPECT_EQ(n, static_cast<int>(expected[i][0]["tokens"].size()));
+    // the same links as `translate --alignment hard` (one code path: translate/alignment.h)
+    const auto& cli_links = expected[i][0]["alignment"];
+    ASSERT_EQ(cli_links.size(), links.size());
+    for (size_t k = 0; k < links.size(); ++k) {
+      EXPECT_EQ(cli_links[k][0].get<int>(), links[k].first);
+      EXPECT_EQ(cli_links[k][1].get<int>(), links[k].second);
+    }
   }
 
   // n-best: beam 3, 3 hypotheses; rank r of input i is translate's r-th hypothesis.

@@ -13,7 +13,7 @@
 #include "data/vocab.h"
 #include "eval/bleu.h"
 #include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "support.h"
 #include "train/trainer.h"
 

@@ -9,7 +9,7 @@
 #include "common/errors.h"
 #include "data/toy_corpus.h"
 #include "support.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "kernels/packed_product.h"
 #include "common/dispatch_count.h"
 #include "kernels/adam.h"

@@ -11,8 +11,11 @@
 
 #include "common/errors.h"
 #include "common/fs.h"
-#include "eval/run_dir.h"
+#include "eval/evaluator.h"
 #include "model/attention.h"
+#include "run/loaded_run.h"
+#include "run/run_dir.h"
+#include "translate/translator.h"
 #include "viz/attention_maps.h"
 #include "viz/charts.h"
 

@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/evaluator.h"
+
+#include "run/result.h"
 #include "viz/attention_maps.h"
 
 namespace attnmt {

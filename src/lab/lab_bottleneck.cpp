@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "eval/report.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 
 namespace attnmt::lab_detail {
 

@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "common/fs.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "viz/charts.h"
 
 namespace attnmt::lab_detail {

@@ -11,9 +11,9 @@
 #include "common/fs.h"
 #include "common/runtime.h"
 #include "data/text.h"
-#include "eval/alignment.h"
+
 #include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "train/trainer.h"
 #include "viz/attention_maps.h"
 

@@ -6,8 +6,8 @@
 
 #include "common/config.h"
 #include "data/corpus.h"
-#include "eval/result.h"
 #include "lab/lab.h"
+#include "run/result.h"
 
 namespace attnmt::lab_detail {
 

@@ -24,6 +24,7 @@
 #include "lab/measures.h"
 #include "model/loss.h"
 #include "train/trainer.h"
+#include "translate/search.h"
 #include "viz/charts.h"
 
 namespace attnmt::lab_detail {

@@ -5,15 +5,16 @@
 #include <cmath>
 #include <sstream>
 
-#include "common/host.h"
 #include "common/errors.h"
+#include "common/host.h"
 #include "common/progress.h"
 #include "data/special_tokens.h"
 #include "data/toy_corpus.h"
-#include "eval/alignment.h"
+#include "eval/aer.h"
 #include "eval/bleu.h"
-#include "eval/evaluator.h"
 #include "lab/measures.h"
+#include "translate/alignment.h"
+#include "translate/translator.h"
 
 namespace attnmt::lab_detail {
 using nlohmann::json;
@@ -85,13 +86,13 @@ json counterfactual(LoadedRun& run, const TestSet& test, double* normal_bleu, st
   SearchOptions greedy = search_options(run.cfg.eval, 1);
   AttentionImpl* mech = run.model->decoder->attention();
   json counter = json::array();
-  std::vector<Translation> normal = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
+  std::vector<Translation> normal = Translator(run, greedy).best(test.src);
   std::vector<std::string> normal_text;
   for (const auto& t : normal) normal_text.push_back(t.text);
   *normal_bleu = corpus_bleu(normal_text, {test.ref}).score;
   for (auto mode : {AttentionImpl::WeightOverride::kUniform, AttentionImpl::WeightOverride::kPermuted}) {
     mech->override_weights(mode, 1);
-    std::vector<Translation> alt = translate_lines(run, test.src, greedy, run.cfg.eval.batch_size);
+    std::vector<Translation> alt = Translator(run, greedy).best(test.src);
     mech->override_weights(AttentionImpl::WeightOverride::kNone);
     int64_t fn = 0, fn_changed = 0, cn = 0, cn_changed = 0;
     std::vector<std::string> alt_text;

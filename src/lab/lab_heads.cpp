@@ -5,10 +5,11 @@
 #include <sstream>
 
 #include "common/host.h"
-#include "eval/alignment.h"
-#include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "eval/aer.h"
 #include "lab/measures.h"
+#include "run/run_dir.h"
+#include "translate/alignment.h"
+#include "translate/translator.h"
 
 namespace attnmt::lab_detail {
 using nlohmann::json;

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <sstream>
 
-#include "eval/alignment.h"
+
 #include "eval/bleu.h"
-#include "eval/evaluator.h"
+#include "translate/translator.h"
 
 namespace attnmt::lab_detail {
 using nlohmann::json;
@@ -26,8 +26,8 @@ LabReport masks(const LabOptions& opt) {
     const EvalResult e = test_eval(r, 5);
     LoadedRun run = load_run(r.dir(), "best", opt.device);
     SearchOptions greedy = search_options(run.cfg.eval, 1);
-    const auto alone = translate_lines(run, test.src, greedy, 1);
-    const auto together = translate_lines(run, test.src, greedy, static_cast<int>(test.src.size()));
+    const auto alone = Translator(run, greedy, 1).best(test.src);
+    const auto together = Translator(run, greedy, static_cast<int>(test.src.size())).best(test.src);
     int64_t changed = 0, changed_short = 0, short_count = 0;
     std::vector<std::string> ha, ht;
     const size_t longest = [&] {

@@ -7,8 +7,8 @@
 #include "data/text.h"
 #include "data/toy_corpus.h"
 #include "eval/bleu.h"
-#include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
+#include "translate/translator.h"
 
 namespace attnmt::lab_detail {
 using nlohmann::json;
@@ -68,7 +68,8 @@ LabReport positions(const LabOptions& opt) {
     const double reordered_diff = host_scalar<double>((a.index_select(1, swap) - b).abs().max());
     const double scale = host_scalar<double>(a.abs().max());
     SearchOptions greedy = search_options(run.cfg.eval, 1);
-    const auto tx = translate_lines(run, xs, greedy, 64), ty = translate_lines(run, ys, greedy, 64);
+    const Translator tr(run, greedy, 64);
+    const auto tx = tr.best(xs), ty = tr.best(ys);
     int64_t identical = 0, both_right = 0;
     std::vector<std::string> hx, hy;
     for (size_t i = 0; i < tx.size(); ++i) {

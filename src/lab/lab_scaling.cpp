@@ -6,14 +6,14 @@
 #include <filesystem>
 #include <sstream>
 
-#include "common/host.h"
 #include "common/config.h"
 #include "common/fs.h"
+#include "common/host.h"
 #include "data/text.h"
-#include "eval/alignment.h"
-#include "eval/evaluator.h"
-#include "eval/run_dir.h"
+
 #include "model/loss.h"
+#include "run/loaded_run.h"
+#include "run/run_dir.h"
 #include "train/trainer.h"
 #include "viz/charts.h"
 

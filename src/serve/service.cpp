@@ -15,10 +15,10 @@
 #include "common/config.h"
 #include "common/errors.h"
 #include "data/text.h"
-#include "eval/alignment.h"
 #include "eval/bleu.h"
-#include "eval/evaluator.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
+#include "translate/alignment.h"
+#include "translate/translator.h"
 
 namespace attnmt {
 
@@ -41,6 +41,7 @@ struct JobOptions {
 // The sentences of one request waiting for (or decoded by) a worker.
 struct Job {
   std::vector<std::string> lines;
+  std::vector<std::vector<std::string>> tokens;  // the lines tokenized (Worker::admit), what is decoded
   JobOptions opt;
   std::promise<std::vector<std::vector<Translation>>> done;
   std::atomic<bool> abandoned{false};  // the request timed out: skip it
@@ -51,7 +52,7 @@ using namespace serve_detail;
 
 // One loaded run and the thread that decodes for it. Requests queue here; the thread takes the oldest one and every
 // other waiting one with the same search (beam, n-best), up to max_batch sentences, and decodes them as one call of
-// translate_lines_nbest (length-sorted batches). The model, its tokenizer (a SentencePiece helper process) and LibTorch's
+// Translator::nbest (length-sorted batches). The model, its tokenizer (a SentencePiece helper process) and LibTorch's
 // grad mode are only ever touched from this thread.
 class TranslationService::Worker {
  public:
@@ -156,8 +157,9 @@ class TranslationService::Worker {
   bool admit(Job& job) {
     const ServeLimits& lim = cfg_.limits;
     int64_t cost = 0;
-    for (size_t i = 0; i < job.lines.size(); ++i) {
-      const auto n = static_cast<int64_t>(run_.tok.encode(job.lines[i], Side::kSource).size());
+    job.tokens = Translator(run_, {}).tokenize(job.lines);
+    for (size_t i = 0; i < job.tokens.size(); ++i) {
+      const auto n = static_cast<int64_t>(job.tokens[i].size());
       if (n > lim.max_tokens) {
         refuse(job, 413, "sentence " + std::to_string(i + 1) + ": " + std::to_string(n) + " tokens after tokenization, over the limit of " +
                              std::to_string(lim.max_tokens) + " (--max-tokens)");
@@ -180,10 +182,10 @@ class TranslationService::Worker {
   }
 
   void decode(const std::vector<std::shared_ptr<Job>>& group) {
-    std::vector<std::string> lines;
+    std::vector<std::vector<std::string>> tokens;
     bool weights = false;
     for (const auto& j : group) {
-      lines.insert(lines.end(), j->lines.begin(), j->lines.end());
+      tokens.insert(tokens.end(), j->tokens.begin(), j->tokens.end());
       weights = weights || j->opt.weights;
     }
     try {
@@ -194,7 +196,7 @@ class TranslationService::Worker {
       so.cancelled = [&group] {
         return std::all_of(group.begin(), group.end(), [](const std::shared_ptr<Job>& j) { return j->abandoned.load(); });
       };
-      auto results = translate_lines_nbest(run_, lines, so, cfg_.max_batch);
+      auto results = Translator(run_, so, cfg_.max_batch).nbest_tokens(tokens);
       batches_.fetch_add(1);
       size_t at = 0;
       for (const auto& j : group) {
@@ -309,8 +311,8 @@ ApiReply TranslationService::translate(const std::string& body) {
         const Translation& t = results[i][std::min(static_cast<size_t>(r), results[i].size() - 1)];
         json h = {{"src", req.src[i]}, {"tgt", t.text}, {"n_best", req.nbest}, {"pred_score", t.score}, {"logprob", t.logprob}};
         if (req.wants_weights()) {
-          const Translation words = word_level(run, t);
-          if (req.align) h["align"] = pharaoh(hard_alignment(token_weights(words)));
+          const Translation words = word_level(run.tok, t);
+          if (req.align) h["align"] = pharaoh(alignment_of(words));
           if (req.attention) {
             h["attention"] = attention_json(words);
             if (run.tok.subword()) h["attention_pieces"] = attention_json(t);

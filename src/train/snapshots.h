@@ -7,9 +7,9 @@
 
 #include <torch/torch.h>
 
-#include "eval/run_dir.h"
 #include "model/seq2seq.h"
-#include "train/trainer.h"
+#include "run/run_data.h"
+#include "run/run_dir.h"
 #include "viz/progress.h"
 
 namespace attnmt {

@@ -20,7 +20,7 @@
 #include "common/fs.h"
 #include "common/precision.h"
 #include "common/progress.h"
-#include "eval/run_dir.h"
+#include "run/run_dir.h"
 #include "train/distributed.h"
 #include "train/launcher.h"
 #include "train/snapshots.h"

@@ -14,6 +14,7 @@
 #include "model/checkpoint.h"
 #include "model/loss.h"
 #include "model/seq2seq.h"
+#include "run/run_data.h"
 
 namespace attnmt {
 
@@ -42,15 +43,6 @@ struct TrainResult {
   std::vector<ValidationResult> validations;
   int exit_code = 0;     // 0, or 130/143 when stopped by SIGINT/SIGTERM
   std::string ended_by;  // Trainer::stop_reason() at the end, or "signal"
-};
-
-// Prepared data for a run.
-struct RunData {
-  Tokenizer tok;                        // the run's tokenizer
-  std::string src_spm, tgt_spm;         // serialized SentencePiece models to write (a new sentencepiece run)
-  Vocab src_vocab, tgt_vocab;
-  std::vector<EncodedPair> train, valid;
-  std::vector<std::string> valid_refs;  // raw reference lines of the kept validation pairs
 };
 
 // A training loss that is NaN or infinite; the update was not applied.
@@ -130,10 +122,6 @@ class Trainer {
 // Trains cfg's run (src/train/train_loop.cpp): reads everything first, then writes run_dir (config, vocabularies,
 // train.log, metrics, curves, checkpoints) as training goes; SIGINT/SIGTERM stop it at the next step with last.pt.
 TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Device& device);
-
-// The corpus of cfg read, filtered and encoded; the vocabularies built, or loaded from run_dir (load_vocab, on resume);
-// SentencePiece models trained or read for a new sentencepiece run.
-RunData prepare_data(const Config& cfg, bool load_vocab);
 
 // The rows of a batch (example indices) that rank `rank` of `world` trains on: a contiguous slice,
 // as equal as possible; may be empty when the batch has fewer rows than ranks.

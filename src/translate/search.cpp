@@ -1,4 +1,4 @@
-#include "eval/search.h"
+#include "translate/search.h"
 
 #include <algorithm>
 #include <cmath>

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eval/result.h"
+#include "run/result.h"
 
 namespace attnmt {
 

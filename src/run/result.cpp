@@ -1,4 +1,4 @@
-#include "eval/result.h"
+#include "run/result.h"
 
 namespace attnmt {
 
