@@ -4,6 +4,7 @@
 
 #include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -74,6 +75,41 @@ TEST(Docs, EveryLinkResolves) {
     }
   }
   EXPECT_GT(checked, 10) << "the documentation's links were not found";
+}
+
+}  // namespace
+}  // namespace attnmt::test
+
+namespace attnmt::test {
+namespace {
+
+// docs/equations.md quotes the lines of src/model/ that compute each equation, in blocks opened by "```cpp FILE": every
+// quoted line must still be a line of FILE, so that the page cannot drift from the code it explains.
+TEST(Docs, EquationLinesAreTheCode) {
+  const fs::path root = source_dir();
+  std::ifstream page(root / "docs" / "equations.md");
+  ASSERT_TRUE(page) << "docs/equations.md is missing";
+  std::string line, file;
+  std::set<std::string> lines_of_file;
+  int blocks = 0, quoted = 0;
+  while (std::getline(page, line)) {
+    if (file.empty() && line.rfind("```cpp ", 0) == 0) {
+      file = line.substr(7);
+      std::ifstream src(root / file);
+      ASSERT_TRUE(src) << "docs/equations.md quotes " << file << ", which does not exist";
+      lines_of_file.clear();
+      for (std::string l; std::getline(src, l);) lines_of_file.insert(l);
+      ++blocks;
+    } else if (!file.empty() && line.rfind("```", 0) == 0) {
+      file.clear();
+    } else if (!file.empty() && !line.empty()) {
+      ++quoted;
+      EXPECT_TRUE(lines_of_file.count(line)) << "docs/equations.md quotes a line that is not in " << file << ":\n" << line;
+    }
+  }
+  EXPECT_TRUE(file.empty()) << "an unclosed code block in docs/equations.md";
+  EXPECT_GE(blocks, 8);
+  EXPECT_GE(quoted, 20);
 }
 
 }  // namespace

@@ -406,10 +406,4 @@ torch::Tensor batched_product(const torch::Tensor& a, const torch::Tensor& b) {
   return batched_panels_product(a, b);
 }
 
-torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,
-                              const torch::Tensor& x) {
-  if (!owner.is_training() && !torch::GradMode::is_enabled()) return packed(x, layer->weight, layer->bias);
-  return train_linear(x, layer->weight, layer->bias);
-}
-
 }  // namespace attnmt

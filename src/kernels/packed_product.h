@@ -10,7 +10,7 @@
 
 namespace attnmt {
 
-// x W^T + b (a decoder step's few rows, or training's products through train_linear), with W [V, K] packed into panels of 32 output
+// x W^T + b (a decoder step's few rows through model/linear.h, or training's products through train_linear), with W [V, K] packed into panels of 32 output
 // columns ([V/32, K, 32]) that each step reads as they lie. ATen hands such a product to the BLAS, which packs
 // the whole [V, K] matrix again for every call: with 64 rows that copy took 40% as long as the product's
 // arithmetic (21% against 49% of a greedy search's samples). Each output is one sum over k in order, whatever the thread count: the result does not depend on it.
@@ -62,9 +62,5 @@ torch::Tensor product(const torch::Tensor& a, const torch::Tensor& b);
 // product per sentence instead, each waking the BLAS's threads: the Luong benchmark's six batched products took 9.4 ms
 // a step with OpenBLAS's Haswell kernels, 2.4 ms with its SkylakeX kernels, 2.0 ms here.
 torch::Tensor batched_product(const torch::Tensor& a, const torch::Tensor& b);
-
-// layer(x); while decoding (the owning module in eval mode, no gradients) the same product through packed.
-torch::Tensor decoding_linear(const torch::nn::Module& owner, torch::nn::Linear& layer, PackedLinear& packed,
-                              const torch::Tensor& x);
 
 }  // namespace attnmt

@@ -163,19 +163,19 @@ torch::Tensor additive_scores(const torch::Tensor& wq, const torch::Tensor& keys
 }
 
 AdditiveAttention::AdditiveAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim) : key_dim_(key_dim) {
-  w_query = register_module("w_query", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
-  u_key = register_module("u_key", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(true)));
-  v = register_module("v", torch::nn::Linear(torch::nn::LinearOptions(attn_dim, 1).bias(false)));
+  w_query = register_module("w_query", Linear(without_bias(query_dim, attn_dim)));  // W
+  u_key = register_module("u_key", Linear(key_dim, attn_dim));                      // U (with a bias)
+  v = register_module("v", Linear(without_bias(attn_dim, 1)));                      // v
 }
 
 AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "AdditiveAttention");
-  return {train_linear(enc, u_key->weight, u_key->bias), enc, mask, {}, {}};  // keys: U h_j  [B, S, A]
+  return {u_key(enc), enc, mask, {}, {}};  // keys: U h_j  [B, S, A]
 }
 
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
-  torch::Tensor scores = additive_scores(decoding_linear(*this, w_query, packed_query_, query), mem.keys, v->weight.view({-1}));  // [B, T, S]
+  torch::Tensor scores = additive_scores(w_query(query), mem.keys, v_vector());  // v^T tanh(W s + U h_j)  [B, T, S]
   record(scores);
   torch::Tensor w = overridden(masked_softmax(scores, mem), mem.mask);
   return {context(w, mem.values), w, torch::Tensor(), scores};  // [B, T, H_enc]
@@ -183,7 +183,7 @@ AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const Atte
 
 MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general) : key_dim_(key_dim) {
   if (general) {
-    w = register_module("w", torch::nn::Linear(torch::nn::LinearOptions(key_dim, query_dim).bias(false)));
+    w = register_module("w", Linear(without_bias(key_dim, query_dim)));
   } else {
     TORCH_CHECK(query_dim == key_dim, "dot attention needs query dim == key dim, got ", query_dim, " and ", key_dim);
   }
@@ -191,7 +191,7 @@ MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_
 
 AttentionMemory MultiplicativeAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
   check_states(enc, mask, key_dim_, "MultiplicativeAttention");
-  return {w ? train_linear(enc, w->weight, w->bias) : enc, enc, mask, {}, {}};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
+  return {w ? w(enc) : enc, enc, mask, {}, {}};  // keys: W h_j (general) or h_j (dot)  [B, S, Q]
 }
 
 AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
@@ -208,10 +208,10 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
 MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads, bool scale)
     : key_dim_(key_dim), attn_dim_(attn_dim), heads_(heads), scale_(scale) {
   TORCH_CHECK(attn_dim % heads == 0, "attention dim ", attn_dim, " not divisible by ", heads, " heads");
-  wq = register_module("wq", torch::nn::Linear(torch::nn::LinearOptions(query_dim, attn_dim).bias(false)));
-  wk = register_module("wk", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(false)));
-  wv = register_module("wv", torch::nn::Linear(torch::nn::LinearOptions(key_dim, attn_dim).bias(false)));
-  wo = register_module("wo", torch::nn::Linear(torch::nn::LinearOptions(attn_dim, key_dim).bias(false)));
+  wq = register_module("wq", Linear(without_bias(query_dim, attn_dim)));
+  wk = register_module("wk", Linear(without_bias(key_dim, attn_dim)));
+  wv = register_module("wv", Linear(without_bias(key_dim, attn_dim)));
+  wo = register_module("wo", Linear(without_bias(attn_dim, key_dim)));
 }
 
 AttentionMemory MultiHeadAttention::prepare(const torch::Tensor& enc, const torch::Tensor& mask) {
@@ -226,8 +226,8 @@ AttentionMemory MultiHeadAttention::keys_values(const torch::Tensor& states) {
               states.sizes());
   const int64_t B = states.size(0), S = states.size(1), d = attn_dim_ / heads_;
   // [B, S, A] -> [B, h, S, d], then flattened to [B, S, A] storage order h-major for index_select on dim 0
-  torch::Tensor k = train_linear(states, wk->weight, wk->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
-  torch::Tensor v = train_linear(states, wv->weight, wv->bias).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor k = wk(states).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
+  torch::Tensor v = wv(states).view({B, S, heads_, d}).permute({0, 2, 1, 3}).contiguous();
   return {k, v, {}, {}, {}};  // keys/values [B, h, S, d]
 }
 
@@ -235,18 +235,18 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
   TORCH_CHECK(query.dim() == 3 && query.size(0) == mem.keys.size(0), "MultiHeadAttention: query must be [B, T, Q] with B ",
               mem.keys.size(0), ", got ", query.sizes());
   const int64_t B = query.size(0), T = query.size(1), d = attn_dim_ / heads_;
-  torch::Tensor q = decoding_linear(*this, wq, packed_wq_, query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
+  torch::Tensor q = wq(query).view({B, T, heads_, d}).permute({0, 2, 1, 3});  // [B, h, T, d]
   if (fused_for(query)) {  // the same computation without the weights
     const double factor = scale_ ? 1.0 / std::sqrt(static_cast<double>(d)) : 1.0;
     torch::Tensor ctx = fused_context(q, mem.keys, mem.values, mem.mask, factor).permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
-    return {decoding_linear(*this, wo, packed_wo_, ctx), {}, {}, {}};
+    return {wo(ctx), {}, {}, {}};
   }
   AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_, mem.blocked);  // ctx [B, h, T, d], w [B, h, T, S]
   record(o.scores);
   TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
   torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
   torch::Tensor mean = attention_maps_wanted() ? o.weights.mean(1) : torch::Tensor();  // the map: mean of the heads
-  return {decoding_linear(*this, wo, packed_wo_, ctx), mean, o.weights, o.scores};
+  return {wo(ctx), mean, o.weights, o.scores};
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {

@@ -11,7 +11,7 @@
 #include "common/config.h"
 #include "common/scoped_setting.h"
 #include "kernels/additive_scores.h"
-#include "kernels/packed_product.h"
+#include "model/linear.h"
 
 namespace attnmt {
 
@@ -110,8 +110,7 @@ class AdditiveAttention : public AttentionImpl {
 
  private:
   int64_t key_dim_;
-  torch::nn::Linear w_query{nullptr}, u_key{nullptr}, v{nullptr};
-  PackedLinear packed_query_;  // w_query while decoding
+  Linear w_query{nullptr}, u_key{nullptr}, v{nullptr};
 };
 
 // Luong et al. 2015 multiplicative: dot s^T h, general s^T W h (W h projected once per batch).
@@ -124,7 +123,7 @@ class MultiplicativeAttention : public AttentionImpl {
 
  private:
   int64_t key_dim_;
-  torch::nn::Linear w{nullptr};  // general only
+  Linear w{nullptr};  // general only
 };
 
 // Vaswani et al. 2017 scaled dot-product attention with `heads` heads: Q from the decoder state,
@@ -143,8 +142,7 @@ class MultiHeadAttention : public AttentionImpl {
  private:
   int64_t key_dim_, attn_dim_, heads_;
   bool scale_;
-  torch::nn::Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
-  PackedLinear packed_wq_, packed_wo_;  // while decoding
+  Linear wq{nullptr}, wk{nullptr}, wv{nullptr}, wo{nullptr};
 };
 
 // Builds the mechanism cfg.attention names (nullptr for type none: the fixed context).

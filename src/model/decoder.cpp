@@ -41,25 +41,25 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   drop = register_module("drop", Dropout(cfg.dropout));
   if (cfg.decoder.type == LayerType::kSelfAttention) {
     self_attention = register_module("self_attention", SelfAttentionDecoder(cfg));
-    out = register_module("out", torch::nn::Linear(H, vocab));
+    out = register_module("out", Linear(H, vocab));
     return;
   }
   attention_ = make_attention(cfg);
   if (attention_) register_module("attention", attention_);
   const DecoderDims dims = decoder_dims(cfg);
   rnn = register_module("rnn", Rnn(cfg.rnn, dims.rnn_input, H, cfg.decoder_layers, cfg.dropout, false));
-  bridge_h = register_module("bridge_h", torch::nn::Linear(H, H * layers_));
-  if (cfg.rnn == RnnCell::kLstm) bridge_c = register_module("bridge_c", torch::nn::Linear(H, H * layers_));
-  combine = register_module("combine", torch::nn::Linear(dims.readout_input, H));
-  out = register_module("out", torch::nn::Linear(H, vocab));
+  bridge_h = register_module("bridge_h", Linear(H, H * layers_));
+  if (cfg.rnn == RnnCell::kLstm) bridge_c = register_module("bridge_c", Linear(H, H * layers_));
+  combine = register_module("combine", Linear(dims.readout_input, H));
+  out = register_module("out", Linear(H, vocab));
 }
 
 DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
   if (self_attention) return {};  // an empty prefix; the encoder reaches it through cross-attention only
   const Autocast bf16(enc.final_h.device());
   const int64_t B = enc.final_h.size(0);
-  auto bridge = [&](torch::nn::Linear& l, const torch::Tensor& x) {
-    return torch::tanh(train_linear(x, l->weight, l->bias)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
+  auto bridge = [&](Linear& l, const torch::Tensor& x) {  // s_0 = tanh(W_s h_final)
+    return torch::tanh(l(x)).view({B, layers_, hidden_}).transpose(0, 1).contiguous();  // [L, B, H]
   };
   DecoderState s;
   s.rnn.h = bridge(bridge_h, enc.final_h);
@@ -99,7 +99,7 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
     auto [y, st] = rnn->step(x, state.rnn);  // y [B, H]
     state.rnn = st;
     AttentionOutput a = attention_->attend(y.unsqueeze(1), mem);  // queried with the current state
-    torch::Tensor ht = torch::tanh(decoding_linear(*this, combine, packed_combine_, torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t [B, H]
+    torch::Tensor ht = torch::tanh(combine(torch::cat({a.context.squeeze(1), y}, -1)));  // h~_t = tanh(W_c [c_t; s_t])  [B, H]
     if (input_feeding_) state.feed = ht;
     o.readout = ht;
     o.weights = squeezed(a.weights, 1);
@@ -116,13 +116,13 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
   }
   auto [y, st] = rnn->step(torch::cat({e, ctx}, -1), state.rnn);
   state.rnn = st;
-  o.readout = torch::tanh(decoding_linear(*this, combine, packed_combine_, torch::cat({y, ctx, e}, -1)));
+  o.readout = torch::tanh(combine(torch::cat({y, ctx, e}, -1)));  // tanh(W [s_t; c_t; e_t])
   return o;
 }
 
 torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
   const Autocast bf16(readout.device());
-  return decoding_linear(*this, out, packed_out_, drop(readout));
+  return out(drop(readout));
 }
 
 namespace {
@@ -133,7 +133,7 @@ torch::Tensor at_rows(const torch::Tensor& x, const torch::Tensor& rows) {
 }  // namespace
 
 torch::Tensor DecoderImpl::readout_at(const torch::Tensor& features, const torch::Tensor& rows) {
-  return torch::tanh(train_linear(at_rows(features, rows), combine->weight, combine->bias));
+  return torch::tanh(combine(at_rows(features, rows)));
 }
 
 DecoderPath DecoderImpl::path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const {

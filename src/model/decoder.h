@@ -11,7 +11,7 @@
 #include "model/dropout.h"
 #include "model/attention.h"
 #include "model/encoder.h"
-#include "kernels/packed_product.h"
+#include "model/linear.h"
 #include "model/rnn.h"
 #include "model/self_attention.h"
 
@@ -70,7 +70,7 @@ class DecoderImpl : public torch::nn::Module {
   // With rows (int64 flat positions b * T + t) the readout is computed at those positions only: [N, R].
   DecoderOutput forward(const torch::Tensor& tgt_in, DecoderState state, const AttentionMemory& mem,
                         double teacher_forcing = 1.0, bool stepwise = false, const torch::Tensor& rows = {});
-  // The output layer; while decoding (eval mode, no gradients) through its packed copy (kernels/packed_product.h).
+  // The output layer W_o h~ + b_o (model/linear.h says which product computes it).
   torch::Tensor logits(const torch::Tensor& readout);
   bool has_attention() const { return attention_ || self_attention; }
   bool luong_style() const { return luong_style_; }
@@ -106,10 +106,9 @@ class DecoderImpl : public torch::nn::Module {
   Dropout drop{nullptr};
   Rnn rnn{nullptr};
   std::shared_ptr<AttentionImpl> attention_;
-  PackedLinear packed_out_, packed_combine_;
-  torch::nn::Linear bridge_h{nullptr}, bridge_c{nullptr};
-  torch::nn::Linear combine{nullptr};  // Luong: h~ = tanh(W_c [c; s]); Bahdanau/none: readout tanh(W [s; c; e])
-  torch::nn::Linear out{nullptr};
+  Linear bridge_h{nullptr}, bridge_c{nullptr};
+  Linear combine{nullptr};  // Luong: h~ = tanh(W_c [c; s]); Bahdanau/none: readout tanh(W [s; c; e])
+  Linear out{nullptr};
   SelfAttentionDecoder self_attention{nullptr};  // model.decoder.type self_attention (then no rnn, bridge, combine)
 };
 TORCH_MODULE(Decoder);

@@ -105,20 +105,20 @@ torch::Tensor normed(torch::nn::LayerNormImpl& norm, const torch::Tensor& x) {
 }
 // W2 relu(W1 x + b1) + b2
 torch::Tensor feed_forward(torch::nn::Module& w1, torch::nn::Module& w2, const torch::Tensor& x) {
-  auto& l1 = dynamic_cast<torch::nn::LinearImpl&>(w1);
-  auto& l2 = dynamic_cast<torch::nn::LinearImpl&>(w2);
-  return train_linear(torch::relu(train_linear(x, l1.weight, l1.bias)), l2.weight, l2.bias);
+  auto& l1 = dynamic_cast<LinearImpl&>(w1);
+  auto& l2 = dynamic_cast<LinearImpl&>(w2);
+  return l2.forward(torch::relu(l1.forward(x)));
 }
 // Projects E-wide embeddings to the stack's width D (when E differs) and adds the positions.
-torch::Tensor stack_input(torch::nn::Linear& input, PositionEncoding& positions, const torch::Tensor& emb, int64_t first) {
-  torch::Tensor x = input ? train_linear(emb, input->weight, input->bias) : emb;
+torch::Tensor stack_input(Linear& input, PositionEncoding& positions, const torch::Tensor& emb, int64_t first) {
+  torch::Tensor x = input ? input(emb) : emb;
   return positions(x, first);
 }
 }  // namespace
 
 SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) : dim_(cfg.hidden_dim) {
   const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.encoder);
-  if (cfg.embed_dim != D) input = register_module("input", torch::nn::Linear(cfg.embed_dim, D));
+  if (cfg.embed_dim != D) input = register_module("input", Linear(cfg.embed_dim, D));
   positions = register_module("positions", PositionEncoding(cfg.encoder.positions, D));
   norms1 = register_module("norms1", torch::nn::ModuleList());
   norms2 = register_module("norms2", torch::nn::ModuleList());
@@ -129,8 +129,8 @@ SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) : dim
                                          std::make_shared<MultiHeadAttention>(D, D, D, cfg.encoder.heads)));
     norms1->push_back(layer_norm(D));
     norms2->push_back(layer_norm(D));
-    ff1->push_back(torch::nn::Linear(D, F));
-    ff2->push_back(torch::nn::Linear(F, D));
+    ff1->push_back(Linear(D, F));
+    ff2->push_back(Linear(F, D));
   }
   final_norm = register_module("final_norm", layer_norm(D));
   drop = register_module("drop", Dropout(cfg.dropout));
@@ -156,7 +156,7 @@ SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, 
 SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
     : dim_(cfg.hidden_dim), causal_(cfg.decoder.causal_mask) {
   const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.decoder), A = effective_attention_dim(cfg);
-  if (cfg.embed_dim != D) input = register_module("input", torch::nn::Linear(cfg.embed_dim, D));
+  if (cfg.embed_dim != D) input = register_module("input", Linear(cfg.embed_dim, D));
   positions = register_module("positions", PositionEncoding(cfg.decoder.positions, D));
   norms1 = register_module("norms1", torch::nn::ModuleList());
   norms2 = register_module("norms2", torch::nn::ModuleList());
@@ -171,8 +171,8 @@ SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
     norms1->push_back(layer_norm(D));
     norms2->push_back(layer_norm(D));
     norms3->push_back(layer_norm(D));
-    ff1->push_back(torch::nn::Linear(D, F));
-    ff2->push_back(torch::nn::Linear(F, D));
+    ff1->push_back(Linear(D, F));
+    ff2->push_back(Linear(F, D));
   }
   final_norm = register_module("final_norm", layer_norm(D));
   drop = register_module("drop", Dropout(cfg.dropout));

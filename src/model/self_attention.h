@@ -13,6 +13,7 @@
 #include "common/config.h"
 #include "model/dropout.h"
 #include "model/attention.h"
+#include "model/linear.h"
 
 namespace attnmt {
 
@@ -71,7 +72,7 @@ class SelfAttentionEncoderImpl : public torch::nn::Module {
 
  private:
   int64_t dim_;
-  torch::nn::Linear input{nullptr};  // E -> D, only when they differ
+  Linear input{nullptr};  // E -> D, only when they differ
   PositionEncoding positions{nullptr};
   std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_;
   torch::nn::ModuleList norms1, norms2, ff1, ff2;
@@ -100,7 +101,7 @@ class SelfAttentionDecoderImpl : public torch::nn::Module {
  private:
   int64_t dim_;
   bool causal_;
-  torch::nn::Linear input{nullptr};
+  Linear input{nullptr};
   PositionEncoding positions{nullptr};
   std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_, cross_attn_;
   torch::nn::ModuleList norms1, norms2, norms3, ff1, ff2;
