@@ -5,8 +5,10 @@
 #include <spawn.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -162,5 +164,33 @@ inline Config tiny_config_for(const std::string& corpus, const std::string& run_
   c.model.attention.type = attention_type_from_string(attention);
   return c;
 }
+
+// The lines of a text (a command's output), without their newlines.
+std::vector<std::string> output_lines(const std::string& text);
+
+// A trained tiny Bahdanau run (toy corpus of 64 pairs, one epoch, beam 3, buckets 5/10/15), shared by the tests that
+// translate, evaluate or draw with a trained model: trained once per test binary run (tests/support.cpp).
+const std::string& tiny_run();
+
+// A trained tiny run without attention, and its corpus, shared by the tests that refuse it.
+struct NoneRun {
+  std::string corpus, dir;
+};
+const NoneRun& tiny_none_run();
+
+// Exact resume, as every trainer checks it: config(dir) trained to `steps` in one go in one directory, and to `stop_at`
+// then resumed (train --resume) to `steps` in another. run trains a config (resume: from its last.pt); by default
+// attnmt::train on the CPU. Both runs' metrics.jsonl records are returned for expect_same_trajectory.
+struct Trajectories {
+  std::string straight_dir, resumed_dir;  // the two run directories
+  std::vector<nlohmann::json> straight, resumed;
+};
+Trajectories train_straight_and_resumed(const std::string& name, const std::function<Config(const std::string& dir)>& config,
+                                        int64_t stop_at, int64_t steps,
+                                        const std::function<void(const Config&, bool resume)>& run = {});
+// The resumed run logged what the straight one did, to the last digit: the same steps and the same `keys` at each
+// validation (at least min_records of them).
+void expect_same_trajectory(const Trajectories& t, size_t min_records,
+                            const std::vector<std::string>& keys = {"train_loss", "valid_loss"});
 
 }  // namespace attnmt::test

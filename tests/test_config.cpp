@@ -97,6 +97,25 @@ TEST(Config, HeadsForLuong) {
 TEST(Config, InputFeedingForNone) {
   expect_bad(json::parse(R"({"model":{"input_feeding":true,"attention":{"type":"none"}}})"), {"model.input_feeding"});
 }
+// Each key set where it means nothing is refused naming the key and where it applies (the key table's Key::applies),
+// and accepted where it applies.
+TEST(Config, EachKeyOnlyWhereItApplies) {
+  expect_bad(json::parse(R"({"model":{"attention":{"type":"luong","score":"dot","dim":64}}})"),
+             {"model.attention.dim", "has no effect for type 'luong' with score 'dot'"});
+  expect_bad(json::parse(R"({"model":{"attention":{"type":"none","dim":64}}})"), {"model.attention.dim", "type 'none'"});
+  EXPECT_NO_THROW(attnmt::config_from_json(json::parse(R"({"model":{"attention":{"type":"luong","score":"concat","dim":64}}})")));
+  expect_bad(json::parse(R"({"model":{"attention":{"type":"bahdanau","scale":false}}})"),
+             {"model.attention.scale", "only applies to type 'scaled_dot' (the only one that scales its scores), not 'bahdanau'"});
+  EXPECT_NO_THROW(attnmt::config_from_json(json::parse(R"({"model":{"attention":{"type":"scaled_dot","scale":false}}})")));
+  expect_bad(json::parse(R"({"model":{"attention":{"type":"none","mask":false}}})"), {"model.attention.mask", "no attention to mask"});
+  expect_bad(json::parse(R"({"model":{"input_feeding":true,"attention":{"type":"bahdanau"}}})"),
+             {"model.input_feeding", "only applies to types 'luong' and 'scaled_dot', not 'bahdanau'"});
+  expect_bad(json::parse(R"({"data":{"tokenizer":"13a","spm":{"src_model":"a.model","tgt_model":"b.model"}}})"),
+             {"data.spm.src_model", "only applies to tokenizer 'sentencepiece', not '13a'"});
+  // A pair given by halves is said first, whatever the tokenizer.
+  expect_bad(json::parse(R"({"data":{"spm":{"tgt_model":"b.model"}}})"), {"data.spm.src_model", "given together"});
+}
+
 TEST(Config, OddHiddenBidirectional) {
   expect_bad(json::parse(R"({"model":{"hidden_dim":33,"bidirectional":true}})"), {"model.hidden_dim", "even"});
 }
@@ -317,14 +336,4 @@ TEST(ConfigKeys, EnumNamesRoundTrip) {
   EXPECT_THROW(attnmt::attention_type_from_string("additive"), UsageError);
   // A score given for another type is refused, naming the key.
   expect_bad(json::parse(R"({"model":{"attention":{"type":"bahdanau","score":"dot"}}})"), {"model.attention.score", "luong"});
-}
-
-TEST(Progress, TimeLeftFromTheRateSoFar) {
-  EXPECT_EQ(attnmt::format_duration(42), "42 s");
-  EXPECT_EQ(attnmt::format_duration(187), "3:07");
-  EXPECT_EQ(attnmt::format_duration(3729), "1:02:09");
-  // 37% done in 12 s: 12 / 0.37 - 12 = 20.4 s left.
-  EXPECT_EQ(attnmt::progress_text("translating", 370, 1000, 12.0), "translating: 37% (370/1000), 20 s left");
-  EXPECT_EQ(attnmt::progress_text("translating", 1000, 1000, 30.0), "translating: 100% (1000/1000)");
-  EXPECT_EQ(attnmt::progress_text("translating", 0, 1000, 1.0), "translating: 0% (0/1000)");
 }

@@ -139,4 +139,23 @@ TEST(Layers, NoCodeCallsStdFilesystemRemoveAll) {
   EXPECT_GT(checked, 80);
 }
 
+// The library reads the environment in one place, common/runtime.cpp (env_var and the settings it derives), so that
+// what an environment variable changes can be found there; the CLI (apps/) reads its own.
+TEST(Layers, TheLibraryReadsTheEnvironmentInRuntimeOnly) {
+  const fs::path src = fs::path(test::source_dir()) / "src";
+  const std::string call = std::string("getenv") + "(";  // not spelled whole here
+  int checked = 0;
+  for (const auto& f : sources(src)) {
+    if (f.filename() == "runtime.cpp" && f.parent_path().filename() == "common") continue;
+    std::ifstream in(f);
+    int line_no = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++line_no;
+      if (line.find(call) != std::string::npos) ADD_FAILURE() << f << ":" << line_no << ": reads the environment: " << line;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 80);
+}
+
 }  // namespace attnmt::layers_test

@@ -340,25 +340,11 @@ Config sa_config(const std::string& run_dir) {
 // Checkpoints of a self-attention model: resuming gives the straight run's trajectory, the config round-trips with
 // its keys, the checkpoint loads only into its own type, and averaging two checkpoints gives their mean.
 TEST(SelfAttention, CheckpointsResumeLoadAndAverage) {
-  const std::string straight = test::temp_dir("sa_straight"), split = test::temp_dir("sa_split");
-  Config c1 = sa_config(straight);
-  c1.train.max_steps = 12;
-  train(c1, {}, torch::kCPU);
-  Config c2 = sa_config(split);
-  c2.train.max_steps = 6;
-  train(c2, {}, torch::kCPU);
-  c2.train.max_steps = 12;
-  TrainOptions resume;
-  resume.resume = true;
-  train(c2, resume, torch::kCPU);
-  const auto m1 = test::read_metrics(straight), m2 = test::read_metrics(split);
-  ASSERT_GE(m1.size(), 3u);
-  ASSERT_EQ(m2.size(), m1.size());
-  for (size_t i = 0; i < m1.size(); ++i) {
-    EXPECT_EQ(m1[i]["step"], m2[i]["step"]);
-    EXPECT_DOUBLE_EQ(m1[i]["train_loss"].get<double>(), m2[i]["train_loss"].get<double>()) << "validation " << i;
-    EXPECT_DOUBLE_EQ(m1[i]["valid_loss"].get<double>(), m2[i]["valid_loss"].get<double>()) << "validation " << i;
-  }
+  // Resumed at step 6 of 12: the straight run's trajectory.
+  const auto t = test::train_straight_and_resumed("sa", [](const std::string& dir) { return sa_config(dir); }, 6, 12);
+  test::expect_same_trajectory(t, 3);
+  const std::string &straight = t.straight_dir, &split = t.resumed_dir;
+  const Config c1 = sa_config(straight);
   // config.json keeps the keys; an RNN config stays as it was written before they existed.
   const nlohmann::json saved = nlohmann::json::parse(test::read_file(straight + "/config.json"));
   EXPECT_EQ(saved["model"]["encoder"]["type"], "self_attention");

@@ -98,26 +98,17 @@ TEST(Train, PackedProductsGiveTheBlasTrajectory) {
 }
 
 TEST(Train, ResumeGivesTheSameTrajectory) {
-  std::string straight = test::temp_dir("train_straight"), split = test::temp_dir("train_split");
-  Config c1 = tiny_config(straight);
-  c1.train.max_steps = 16;  // crosses an epoch boundary (6 batches per epoch)
-  train(c1, {}, torch::kCPU);
-  Config c2 = tiny_config(split);
-  c2.train.max_steps = 8;
-  train(c2, {}, torch::kCPU);
-  c2.train.max_steps = 16;
-  TrainOptions resume;
-  resume.resume = true;
-  TrainResult r = train(c2, resume, torch::kCPU);
-  EXPECT_EQ(r.state.step, 16);
-  auto m1 = metrics(straight), m2 = metrics(split);
-  ASSERT_GE(m1.size(), 4u);
-  ASSERT_EQ(m2.size(), m1.size());
-  for (size_t i = 0; i < m1.size(); ++i) {
-    EXPECT_EQ(m1[i]["step"], m2[i]["step"]);
-    EXPECT_DOUBLE_EQ(m1[i]["valid_loss"].get<double>(), m2[i]["valid_loss"].get<double>()) << "validation " << i;
-    EXPECT_DOUBLE_EQ(m1[i]["train_loss"].get<double>(), m2[i]["train_loss"].get<double>()) << "validation " << i;
-  }
+  int64_t resumed_to = 0;
+  // 16 steps cross an epoch boundary (6 batches per epoch); stopped at 8, resumed to 16.
+  const auto t = test::train_straight_and_resumed("train", [](const std::string& dir) { return tiny_config(dir); }, 8, 16,
+                                                  [&](const Config& c, bool resume) {
+                                                    TrainOptions o;
+                                                    o.resume = resume;
+                                                    const TrainResult r = train(c, o, torch::kCPU);
+                                                    if (resume) resumed_to = r.state.step;
+                                                  });
+  EXPECT_EQ(resumed_to, 16);
+  test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "valid_bleu"});
 }
 
 TEST(Train, TokenBatchesAreDeterministicAndResumeExactly) {
@@ -540,71 +531,6 @@ TEST(Train, BatchLossOverRealPositionsEqualsThePaddedLoss) {
     ++checked;
   }
   EXPECT_EQ(checked, 6);
-}
-
-TEST(Bench, JsonFiguresAreConsistent) {
-  // A tiny model through `attnmt bench --json`: every figure present and positive, the per-row roofline's
-  // mean never above its best sample (the best is the MFU denominator), MFU = GFLOP/s over that roofline, and
-  // the beam ratio the quotient of the two beam rates.
-  const std::string dir = testing::TempDir() + "/bench_json";
-  std::filesystem::create_directories(dir);
-  test::write_file(dir + "/model.json", config_to_json(tiny_config(dir + "/run")).dump(2));
-  auto r = test::run_cli("--log-level warn bench -c " + dir + "/model.json --attention bahdanau --steps 2 --batch 8 --vocab 40 "
-                         "--json");
-  ASSERT_EQ(r.code, 0) << r.output;
-  const size_t start = r.output.find('{');
-  ASSERT_NE(start, std::string::npos) << r.output;
-  nlohmann::json j = nlohmann::json::parse(r.output.substr(start));
-  EXPECT_GT(j.at("matmul_gflops").get<double>(), 0);
-  EXPECT_GT(j.at("output_layer_gflops_5_rows").get<double>(), 0);
-  EXPECT_GT(j.at("output_layer_gflops_80_rows").get<double>(), 0);
-  // The packed products decoding runs: measured where the CPU runs them, 0 (not used) elsewhere.
-  for (const char* k : {"output_layer_packed_gflops_5_rows", "output_layer_packed_gflops_80_rows"}) {
-    if (PackedLinear::available()) EXPECT_GT(j.at(k).get<double>(), 0) << k;
-    else EXPECT_EQ(j.at(k).get<double>(), 0) << k;
-  }
-  EXPECT_GT(j.at("peak_rss_mb").get<double>(), 0);
-  // The roofline is the faster of the BLAS's 1024^3 product and the packed kernel's (0 where it does not run).
-  EXPECT_GT(j.at("matmul_gflops_blas").get<double>(), 0);
-  if (PackedLinear::available()) EXPECT_GT(j.at("matmul_gflops_packed").get<double>(), 0);
-  else EXPECT_EQ(j.at("matmul_gflops_packed").get<double>(), 0);
-  EXPECT_EQ(j["matmul_gflops"].get<double>(), std::max(j["matmul_gflops_blas"].get<double>(), j["matmul_gflops_packed"].get<double>()));
-  EXPECT_EQ(j.at("training_products").get<std::string>(), product_kernel_choice());
-  EXPECT_EQ(j.at("kernels").get<std::string>(), "auto");
-  // Under --kernels reference bench says so, and still measures the machine's best product rate.
-  auto ref = test::run_cli("--log-level warn --kernels reference bench -c " + dir + "/model.json --attention bahdanau --steps 2 "
-                           "--batch 8 --vocab 40 --json");
-  ASSERT_EQ(ref.code, 0) << ref.output;
-  ASSERT_NE(ref.output.find('{'), std::string::npos) << ref.output;
-  const nlohmann::json jr = nlohmann::json::parse(ref.output.substr(ref.output.find('{')));
-  EXPECT_EQ(jr.at("kernels").get<std::string>(), "reference");
-  EXPECT_NE(jr.at("kernel_choice").get<std::string>().find("plain LibTorch operations"), std::string::npos);
-  EXPECT_NE(jr.at("training_products").get<std::string>().find("--kernels reference"), std::string::npos);
-  if (PackedLinear::available()) EXPECT_GT(jr.at("matmul_gflops_packed").get<double>(), 0);
-  ASSERT_EQ(jr.at("rows").size(), 1u);
-  EXPECT_GT(jr["rows"][0].at("train_tokens_per_s").get<double>(), 0);
-  // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.
-  const auto& peak = j.at("cpu_peak");
-  const double product = peak.at("cores").get<double>() * peak.at("lanes").get<double>() * peak.at("fma_units").get<double>() * 2 *
-                         peak.at("clock_ghz").get<double>();
-  EXPECT_GT(product, 0);
-  EXPECT_NEAR(peak.at("gflops").get<double>(), product, 1e-9 * product);
-  EXPECT_NEAR(peak.at("roofline_share").get<double>(), j["matmul_gflops"].get<double>() / product, 1e-9);
-  EXPECT_NE(peak.at("derivation").get<std::string>().find("GFLOP/s"), std::string::npos);
-  ASSERT_EQ(j.at("rows").size(), 1u);
-  const auto& row = j["rows"][0];
-  EXPECT_EQ(row.at("attention").get<std::string>(), "bahdanau");
-  const double roof = row.at("matmul_gflops").get<double>(), mean = row.at("matmul_gflops_mean").get<double>();
-  EXPECT_GT(mean, 0);
-  EXPECT_LE(mean, roof * (1 + 1e-9));
-  EXPECT_NEAR(row.at("train_mfu").get<double>(), row.at("train_gflops").get<double>() / roof, 1e-9);
-  for (const char* k : {"train_tokens_per_s", "train_flops_per_step", "greedy_sentences_per_s", "greedy_mfu",
-                        "beam5_batched_sentences_per_s", "beam5_single_sentences_per_s", "beam5_batched_mfu", "beam5_single_mfu"})
-    EXPECT_GT(row.at(k).get<double>(), 0) << k;
-  // Greedy runs 30 decoder steps, as the Python peer does.
-  EXPECT_EQ(row.at("greedy_steps").get<int64_t>(), 30);
-  EXPECT_NEAR(row.at("beam5_batched_speedup").get<double>(),
-              row["beam5_batched_sentences_per_s"].get<double>() / row["beam5_single_sentences_per_s"].get<double>(), 1e-9);
 }
 
 // Attention snapshots: one file per validation, rows that are distributions over the source, a page that

@@ -152,32 +152,25 @@ void validate_data(const Config& c) {
   const SpmConfig& spm = c.data.spm;
   if (spm.src_model.empty() != spm.tgt_model.empty())
     config_detail::fail(spm.src_model.empty() ? key(spm.src_model) : key(spm.tgt_model), "src_model and tgt_model must be given together");
-  if (!spm.src_model.empty() && c.data.tokenizer != "sentencepiece")
-    config_detail::fail(key(spm.src_model), "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'");
 }
 
-// model.attention: each key only where its type reads it.
+// Every key set away from its default where it means nothing (Key::applies says where each applies).
+void validate_applicability(const Config& c) {
+  const Config defaults;
+  for (const auto& k : config_detail::keys()) {
+    if (!k.applies || k.get(c) == k.get(defaults)) continue;
+    const std::string why = k.applies(c);
+    if (!why.empty()) config_detail::fail(k.path, why);
+  }
+}
+
+// model.attention: the heads divide the attention dimension (where each key applies is validate_applicability's).
 void validate_attention(const Config& c) {
-  auto key = [&](const auto& field) { return config_key(c, &field); };
   const auto& m = c.model;
   const auto& a = m.attention;
-  const std::string type = to_string(a.type);
-  if (a.score != LuongScore::kDefault && a.type != AttentionType::kLuong)
-    config_detail::fail(key(a.score), "only applies to type 'luong', not '" + type + "'");
-  if (a.heads != 1 && a.type != AttentionType::kScaledDot)
-    config_detail::fail(key(a.heads), "only applies to type 'scaled_dot', not '" + type + "'");
-  if (a.dim > 0 && (a.type == AttentionType::kNone || (a.type == AttentionType::kLuong && effective_score(a) != LuongScore::kConcat)))
-    config_detail::fail(key(a.dim), "has no effect for type '" + type + "'" +
-                         (a.type == AttentionType::kLuong ? " with score '" + to_string(effective_score(a)) + "'" : std::string()));
   if (a.type == AttentionType::kScaledDot && effective_attention_dim(m) % a.heads != 0)
-    config_detail::fail(key(a.heads), std::to_string(a.heads) + " heads do not divide the attention dimension " +
-                           std::to_string(effective_attention_dim(m)));
-  if (m.input_feeding && a.type != AttentionType::kLuong && a.type != AttentionType::kScaledDot)
-    config_detail::fail(key(m.input_feeding), "only applies to types 'luong' and 'scaled_dot', not '" + type + "'");
-  if (!a.scale && a.type != AttentionType::kScaledDot)
-    config_detail::fail(key(a.scale), "only applies to type 'scaled_dot' (the only one that scales its scores), not '" + type + "'");
-  if (!a.mask && a.type == AttentionType::kNone)
-    config_detail::fail(key(a.mask), "has no effect for type 'none' (no attention to mask)");
+    config_detail::fail(config_key(c, &a.heads), std::to_string(a.heads) + " heads do not divide the attention dimension " +
+                                                    std::to_string(effective_attention_dim(m)));
 }
 
 // model.encoder / model.decoder: RNN or self-attention stacks, each key only where its layer type reads it.
@@ -187,24 +180,12 @@ void validate_stacks(const Config& c) {
   if (m.encoder.type == LayerType::kRnn && m.bidirectional && m.hidden_dim % 2 != 0)
     config_detail::fail(key(m.hidden_dim), "must be even with a bidirectional encoder (each direction gets hidden_dim/2), got " +
                                 std::to_string(m.hidden_dim));
-  const StackConfig defaults;
-  for (const StackConfig* st : {&m.encoder, &m.decoder}) {
-    if (st->type == LayerType::kRnn) {
-      if (st->positions != defaults.positions) config_detail::fail(key(st->positions), "only applies to type 'self_attention'");
-      if (st->heads != defaults.heads) config_detail::fail(key(st->heads), "only applies to type 'self_attention'");
-      if (st->ff_dim != defaults.ff_dim) config_detail::fail(key(st->ff_dim), "only applies to type 'self_attention'");
-    } else if (m.hidden_dim % st->heads != 0) {
+  for (const StackConfig* st : {&m.encoder, &m.decoder})
+    if (st->type == LayerType::kSelfAttention && m.hidden_dim % st->heads != 0)
       config_detail::fail(key(st->heads), std::to_string(st->heads) + " heads do not divide hidden_dim " + std::to_string(m.hidden_dim));
-    }
-  }
-  if (m.decoder.type == LayerType::kRnn && !m.decoder.causal_mask)
-    config_detail::fail(key(m.decoder.causal_mask), "only applies to type 'self_attention' (an RNN decoder cannot see ahead)");
-  if (m.decoder.type == LayerType::kSelfAttention) {
-    if (m.attention.type != AttentionType::kScaledDot)
-      config_detail::fail(key(m.attention.type), "a self_attention decoder attends to the source with scaled dot-product attention: use "
-                                  "'scaled_dot', not '" + to_string(m.attention.type) + "'");
-    if (m.input_feeding) config_detail::fail(key(m.input_feeding), "only applies to an RNN decoder");
-  }
+  if (m.decoder.type == LayerType::kSelfAttention && m.attention.type != AttentionType::kScaledDot)
+    config_detail::fail(key(m.attention.type), "a self_attention decoder attends to the source with scaled dot-product attention: use "
+                                "'scaled_dot', not '" + to_string(m.attention.type) + "'");
 }
 
 }  // namespace
@@ -212,6 +193,7 @@ void validate_stacks(const Config& c) {
 void validate(const Config& c) {
   for (const auto& k : config_detail::keys()) k.check(c);
   validate_data(c);
+  validate_applicability(c);
   validate_attention(c);
   validate_stacks(c);
 }

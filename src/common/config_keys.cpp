@@ -202,6 +202,31 @@ Key enumeration(const std::string& path, F field, E (*parse)(const std::string&)
   return k;
 }
 
+// k with its applicability (Key::applies).
+Key applying(Key k, std::function<std::string(const Config&)> applies) {
+  k.applies = std::move(applies);
+  return k;
+}
+
+// Whether c's attention type is the one named (by its config name: the types themselves are decided in config.cpp and
+// model/attention.cpp only, Layers.AttentionTypesAreDecidedInThreeFiles).
+bool attention_is(const Config& c, const std::string& name) { return to_string(c.model.attention.type) == name; }
+
+// Applies to one attention type only (named as in the config); why: said after the type.
+std::function<std::string(const Config&)> attention_type_is(std::string name, std::string why) {
+  return [name, why](const Config& c) -> std::string {
+    if (attention_is(c, name)) return "";
+    return "only applies to type '" + name + "'" + why + ", not '" + to_string(c.model.attention.type) + "'";
+  };
+}
+
+// Applies to a self-attention stack only (the encoder's or the decoder's, as side says); why: said after the refusal.
+std::function<std::string(const Config&)> self_attention_stack(LayerType (*side)(const Config&), std::string why) {
+  return [side, why](const Config& c) -> std::string {
+    return side(c) == LayerType::kSelfAttention ? "" : "only applies to type 'self_attention'" + why;
+  };
+}
+
 template <class F>
 Key integer_list(const std::string& path, F field, const std::string& doc) {
   Key k = base_key(path, "list of integers", doc, field);
@@ -265,10 +290,15 @@ const std::vector<Key>& keys() {
                         "one SentencePiece model trained on both sides (else one per side)"));
     t.push_back(number("data.spm.character_coverage", [](Config& c) -> double& { return c.data.spm.character_coverage; },
                        {0, 1, true, false, ""}, "share of the training characters the pieces cover; the rest become `<unk>`"));
-    t.push_back(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
-                     "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"));
-    t.push_back(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
-                     "a trained SentencePiece `.model` for the target side (with `src_model`)"));
+    auto sentencepiece_only = [](const Config& c) -> std::string {
+      return c.data.tokenizer == "sentencepiece" ? "" : "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'";
+    };
+    t.push_back(applying(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
+                              "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"),
+                         sentencepiece_only));
+    t.push_back(applying(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
+                              "a trained SentencePiece `.model` for the target side (with `src_model`)"),
+                         sentencepiece_only));
     t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
                         "keep source tokens seen at least this often"));
     t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
@@ -291,22 +321,42 @@ const std::vector<Key>& keys() {
     t.push_back(boolean("model.bidirectional", [](Config& c) -> bool& { return c.model.bidirectional; }, "bidirectional encoder"));
     t.push_back(number("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, half_open(0, 1),
                        "dropout on embeddings, between layers and before the output layer"));
-    t.push_back(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
-                        "`luong`/`scaled_dot` only: feed the attentional state into the next step"));
+    t.push_back(applying(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
+                                 "`luong`/`scaled_dot` only: feed the attentional state into the next step"),
+                         [](const Config& c) -> std::string {
+                           if (!attention_is(c, "luong") && !attention_is(c, "scaled_dot"))
+                             return "only applies to types 'luong' and 'scaled_dot', not '" + to_string(c.model.attention.type) + "'";
+                           return c.model.decoder.type == LayerType::kSelfAttention ? "only applies to an RNN decoder" : "";
+                         }));
     t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
                             attention_type_from_string,
                             attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
-    t.push_back(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
-                            luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat}, true,
-                            "`luong` only: the score function (not given: `general`)"));
-    t.push_back(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; }, closed(1, 1024),
-                        "`scaled_dot` only: attention heads; must divide the attention dimension"));
-    t.push_back(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
-                        at_least(0, "0 = hidden_dim"), "attention dimension of `bahdanau`, luong `concat` and `scaled_dot`"));
-    t.push_back(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
-                        "`scaled_dot` only: divide the scores by √d_k (experiment key: `false` shows why it is there)"));
-    t.push_back(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
-                        "padded source positions get attention weight 0 (experiment key: `false` lets padding into the softmax)"));
+    t.push_back(applying(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
+                                     luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat},
+                                     true, "`luong` only: the score function (not given: `general`)"),
+                         attention_type_is("luong", "")));
+    t.push_back(applying(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; },
+                                 closed(1, 1024), "`scaled_dot` only: attention heads; must divide the attention dimension"),
+                         attention_type_is("scaled_dot", "")));
+    t.push_back(applying(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
+                                 at_least(0, "0 = hidden_dim"), "attention dimension of `bahdanau`, luong `concat` and `scaled_dot`"),
+                         [](const Config& c) -> std::string {
+                           const auto& a = c.model.attention;
+                           const bool luong = attention_is(c, "luong");
+                           if (!attention_is(c, "none") && !(luong && effective_score(a) != LuongScore::kConcat)) return "";
+                           return "has no effect for type '" + to_string(a.type) + "'" +
+                                  (luong ? " with score '" + to_string(effective_score(a)) + "'" : std::string());
+                         }));
+    t.push_back(applying(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
+                                 "`scaled_dot` only: divide the scores by √d_k (experiment key: `false` shows why it is there)"),
+                         attention_type_is("scaled_dot", " (the only one that scales its scores)")));
+    t.push_back(applying(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
+                                 "padded source positions get attention weight 0 (experiment key: `false` lets padding into "
+                                 "the softmax)"),
+                         [](const Config& c) -> std::string {
+                           return attention_is(c, "none") ? "has no effect for type 'none' (no attention to mask)"
+                                                                                 : "";
+                         }));
 
     // model.encoder.* and model.decoder.*: written to config.json only when not at their defaults, so that the
     // config of an RNN run reads as it always has.
@@ -319,19 +369,24 @@ const std::vector<Key>& keys() {
                                 layer_type_from_string, {LayerType::kRnn, LayerType::kSelfAttention}, false,            \
                                 WHAT ": recurrent layers or self-attention layers (`" #SIDE "_layers` of them, "       \
                                 "`hidden_dim` wide)")));                                                              \
-  t.push_back(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
+  t.push_back(applying(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
                                 positions_from_string, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone},   \
-                                false, "`self_attention` only: how the " WHAT " sees word order (`none`: it does not)"))); \
-  t.push_back(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
-                            "`self_attention` only: self-attention heads of the " WHAT "; must divide `hidden_dim`")));  \
-  t.push_back(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
-                            at_least(0, "0 = 4 x hidden_dim"), "`self_attention` only: feed-forward size of each " WHAT " layer")));
+                                false, "`self_attention` only: how the " WHAT " sees word order (`none`: it does not)")), \
+                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+  t.push_back(applying(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
+                            "`self_attention` only: self-attention heads of the " WHAT "; must divide `hidden_dim`")),  \
+                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+  t.push_back(applying(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
+                            at_least(0, "0 = 4 x hidden_dim"), "`self_attention` only: feed-forward size of each " WHAT " layer")), \
+                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, "")));
     ATTNMT_STACK_KEYS(encoder, "encoder")
     ATTNMT_STACK_KEYS(decoder, "decoder")
 #undef ATTNMT_STACK_KEYS
-    t.push_back(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
-                              "`self_attention` decoder only: position t attends to positions <= t (experiment key: "
-                              "`false` lets training peek at the next words)")));
+    t.push_back(applying(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
+                                       "`self_attention` decoder only: position t attends to positions <= t (experiment key: "
+                                       "`false` lets training peek at the next words)")),
+                         self_attention_stack([](const Config& c) { return c.model.decoder.type; },
+                                              " (an RNN decoder cannot see ahead)")));
 
     t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
                         "passes over the training data"));

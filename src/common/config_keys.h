@@ -19,6 +19,9 @@ struct Key {
   std::function<nlohmann::json(const Config&)> get;         // the value as written to config.json
   std::function<void(Config&, const nlohmann::json&)> set;  // type-checked read (fails naming the path)
   std::function<void(const Config&)> check;                 // range or choice check (validate)
+  // Whether the key means anything for this config: "" when it does, else why not ("only applies to type 'luong', not
+  // 'bahdanau'"). validate refuses a key set away from its default where it does not apply. Empty: always applies.
+  std::function<std::string(const Config&)> applies;
   bool write_default = true;                                // false: left out of config.json while at its default
 };
 

@@ -21,12 +21,12 @@ LabReport bottleneck(const LabOptions& opt) {
               "model was trained less, and a larger vector would hold the sentence.";
   struct Spec {
     std::string name, file;
-    std::vector<std::string> sets;
+    std::vector<Override> sets;
   };
   const int hidden = lab_config(opt, "none", "none.json", budget(opt.bottleneck_minutes, opt)).model.hidden_dim;  // 2x and 4x of the shipped size
   std::vector<Spec> specs = {{"none", "none.json", budget(opt.bottleneck_minutes, opt)},
-                             {"none_x2", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(2 * hidden)})},
-                             {"none_x4", "none.json", budget(opt.bottleneck_minutes, opt, {"model.hidden_dim=" + std::to_string(4 * hidden)})},
+                             {"none_x2", "none.json", budget(opt.bottleneck_minutes, opt, {[hidden](Config& c) { c.model.hidden_dim = 2 * hidden; }})},
+                             {"none_x4", "none.json", budget(opt.bottleneck_minutes, opt, {[hidden](Config& c) { c.model.hidden_dim = 4 * hidden; }})},
                              {"bahdanau", "bahdanau.json", budget(opt.bottleneck_minutes, opt)}};
   // The self-attention encoder-decoder beside them, under the same budget, where the configs have one.
   if (fs::is_regular_file(opt.configs + "/self_attention.json"))

@@ -27,8 +27,11 @@ LabReport causal(const LabOptions& opt) {
   for (bool mask : {true, false}) {
     const std::string name = mask ? "sa_causal" : "sa_no_causal_mask";
     LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "self_attention.json",
-                                                    budget(opt.minutes, opt, {std::string("model.decoder.causal_mask=") + (mask ? "true" : "false"),
-                                                                              "train.valid_every=100", "train.early_stopping.metric=ppl"})));
+                                                    budget(opt.minutes, opt, {[mask](Config& c) {
+                                                      c.model.decoder.causal_mask = mask;
+                                                      c.train.valid_every = 100;
+                                                      c.train.early_stopping.metric = "ppl";
+                                                    }})));
     const EvalResult e = test_eval(r, 1);
     const auto metrics = RunDir(r.dir()).read_metrics();
     const auto summary = RunDir(r.dir()).read_train_summary();

@@ -40,18 +40,30 @@ std::string num(double v, int digits) {
 // Runs: a shipped config with overrides, trained into OUT/runs/<name>, or reused when a finished run of the same
 // config is there.
 
-Config lab_config(const LabOptions& opt, const std::string& name, const std::string& file, std::vector<std::string> sets) {
+Config lab_config(const LabOptions& opt, const std::string& name, const std::string& file, const std::vector<Override>& sets) {
   const std::string path = opt.configs + "/" + file;
   if (!fs::is_regular_file(path)) throw UsageError("lab: " + path + " not found (run from the repository root, or pass --configs)");
-  sets.insert(sets.begin(), "run_dir=" + opt.out + "/runs/" + name);
-  sets.push_back("device=" + opt.device);
-  return load_config(path, sets);
+  Config c = load_config(path, {});
+  c.run_dir = opt.out + "/runs/" + name;
+  for (const auto& set : sets) set(c);
+  c.device = opt.device;
+  try {
+    validate(c);
+  } catch (const UsageError& e) {
+    throw UsageError(path + " with the lab's changes: " + e.what());
+  }
+  return c;
 }
 
 // The budget every compared model gets: the wall-clock minutes, early stopping, no epoch cap.
-std::vector<std::string> budget(double minutes, const LabOptions& opt, std::vector<std::string> more) {
-  std::vector<std::string> s = {"train.epochs=100000", "train.max_minutes=" + num(minutes, 3),
-                                "train.early_stopping.patience=" + std::to_string(opt.patience)};
+std::vector<Override> budget(double minutes, const LabOptions& opt, std::vector<Override> more) {
+  const double ms = std::round(minutes * 1000.0) / 1000.0;
+  const int patience = opt.patience;
+  std::vector<Override> s = {[ms, patience](Config& c) {
+    c.train.epochs = 100000;
+    c.train.max_minutes = ms;
+    c.train.early_stopping.patience = patience;
+  }};
   s.insert(s.end(), more.begin(), more.end());
   return s;
 }

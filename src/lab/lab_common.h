@@ -1,6 +1,7 @@
 // What the lab's experiments share: runs trained from a shipped config (or reused), the test set, number formats and
 // the report page. Internal to src/lab/: each experiment is one file (lab_<name>.cpp) and lab.cpp lists them.
 #pragma once
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -24,10 +25,14 @@ struct LabRun {
   std::string dir() const { return cfg.run_dir; }
 };
 
-// OPT.configs/FILE with run_dir OUT/runs/NAME, the lab's device and the overrides SETS.
-Config lab_config(const LabOptions& opt, const std::string& name, const std::string& file, std::vector<std::string> sets);
-// The budget every compared model gets: the wall-clock minutes, early stopping, no epoch cap (and MORE overrides).
-std::vector<std::string> budget(double minutes, const LabOptions& opt, std::vector<std::string> more = {});
+// A change an experiment makes to a shipped config, on its typed fields ([](Config& c) { c.model.attention.heads = 4; }):
+// a misspelt key does not compile.
+using Override = std::function<void(Config&)>;
+// OPT.configs/FILE with run_dir OUT/runs/NAME, the lab's device and the overrides SETS, validated as `train` would.
+Config lab_config(const LabOptions& opt, const std::string& name, const std::string& file, const std::vector<Override>& sets);
+// The budget every compared model gets: the wall-clock minutes (to the millisecond), early stopping, no epoch cap (and
+// MORE overrides).
+std::vector<Override> budget(double minutes, const LabOptions& opt, std::vector<Override> more = {});
 // Trains CFG unless OUT/runs/NAME holds a finished run of the same config (LabInterrupted when a signal stops it).
 LabRun train_or_reuse(const LabOptions& opt, const std::string& name, const Config& cfg);
 // The run's test evaluation with beam BEAM (read back when it is there and the run was reused).

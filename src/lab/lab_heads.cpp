@@ -24,7 +24,7 @@ LabReport heads(const LabOptions& opt) {
   std::ostringstream f;
   for (int h : {4, 8}) {
     const std::string name = "scaled_dot_h" + std::to_string(h);
-    LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "scaled_dot.json", budget(opt.minutes, opt, {"model.attention.heads=" + std::to_string(h)})));
+    LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "scaled_dot.json", budget(opt.minutes, opt, {[h](Config& c) { c.model.attention.heads = h; }})));
     const EvalResult e = test_eval(r, 5);
     LoadedRun run = load_run(r.dir(), "best", opt.device);
     const TestSet test = read_test_set(run.cfg);

@@ -22,7 +22,7 @@ LabReport masks(const LabOptions& opt) {
   for (bool mask : {true, false}) {
     const std::string name = mask ? "bahdanau" : "bahdanau_unmasked";
     LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "bahdanau.json",
-                                                    budget(opt.minutes, opt, {std::string("model.attention.mask=") + (mask ? "true" : "false")})));
+                                                    budget(opt.minutes, opt, {[mask](Config& c) { c.model.attention.mask = mask; }})));
     const EvalResult e = test_eval(r, 5);
     LoadedRun run = load_run(r.dir(), "best", opt.device);
     SearchOptions greedy = search_options(run.cfg.eval, 1);

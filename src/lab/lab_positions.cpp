@@ -46,7 +46,7 @@ LabReport positions(const LabOptions& opt) {
   for (const char* pos : {"none", "sinusoidal"}) {
     const std::string name = std::string("sa_positions_") + pos;
     LabRun r = train_or_reuse(opt, name, lab_config(opt, name, "self_attention.json",
-                                                    budget(opt.minutes, opt, {std::string("model.encoder.positions=") + pos})));
+                                                    budget(opt.minutes, opt, {[pos](Config& c) { c.model.encoder.positions = positions_from_string(pos); }})));
     const EvalResult e = test_eval(r, 5);
     LoadedRun run = load_run(r.dir(), "best", opt.device);
     torch::NoGradGuard ng;

@@ -159,11 +159,17 @@ LabReport scaling(const LabOptions& opt) {
     for (bool scale : {true, false}) {
       const std::string name = "sd" + std::to_string(dim) + (scale ? "" : "_unscaled");
       Config cfg = lab_config(opt, name, "scaled_dot.json",
-                              {"model.attention.heads=1", "model.attention.dim=" + std::to_string(dim),
-                               std::string("model.attention.scale=") + (scale ? "true" : "false"), "train.epochs=100000",
-                               "train.max_steps=" + std::to_string(steps), "train.early_stopping.patience=0",
-                               "train.valid_every=" + std::to_string(std::max(1, steps / 6)), "train.keep_checkpoints=100",
-                               "train.snapshot_sentences=0"});
+                              {[dim, scale, steps](Config& c) {
+                                c.model.attention.heads = 1;
+                                c.model.attention.dim = dim;
+                                c.model.attention.scale = scale;
+                                c.train.epochs = 100000;
+                                c.train.max_steps = steps;
+                                c.train.early_stopping.patience = 0;
+                                c.train.valid_every = std::max(1, steps / 6);
+                                c.train.keep_checkpoints = 100;
+                                c.train.snapshot_sentences = 0;
+                              }});
       LabRun r = train_or_reuse(opt, name, cfg);
       const EvalResult e = test_eval(r, 5);
       const json curve = probe_curve(opt, r);

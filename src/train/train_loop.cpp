@@ -20,6 +20,7 @@
 #include "common/fs.h"
 #include "common/precision.h"
 #include "common/progress.h"
+#include "common/runtime.h"
 #include "run/run_dir.h"
 #include "train/distributed.h"
 #include "train/launcher.h"
@@ -445,7 +446,7 @@ TrainResult train(const Config& cfg, const TrainOptions& opt, const torch::Devic
   // One writer per run directory, for as long as this training runs; taken before anything is read so that a second
   // writer is refused at once. A new directory is locked when it is made. The local launcher of --nproc holds it for
   // its workers.
-  const bool takes_lock = main_rank && !std::getenv(kLocalWorkerEnv);
+  const bool takes_lock = main_rank && !env_var(kLocalWorkerEnv);
   DirLock lock;
   if (takes_lock && fs::is_directory(dir.path())) lock = DirLock::acquire(dir.path(), false);
   check_run_dir(dir, cfg, opt, main_rank);
