@@ -248,16 +248,25 @@ SearchOptions time_greedy(BenchRow& r, const Decoding& c, double* seconds, doubl
   // the Python peer's greedy runs (its per-sentence rate compares directly).
   gs.max_len_ratio = 20.5 / static_cast<double>(std::max<int64_t>(1, c.d.S));
   gs.stop_at_eos = false;  // every row runs to the limit: the work is known exactly
+  r.greedy_cuda_graph = greedy_step_graphed(c.model, gs, c.dev);
+  SearchOptions eager = gs;
+  eager.cuda_graph = false;
   greedy_search(c.model, src_only, gs, c.dev);  // warm-up
+  if (r.greedy_cuda_graph) greedy_search(c.model, src_only, eager, c.dev);
   const int reps = 3;
-  double gdt = 0;
-  for (int i = 0; i < reps; ++i) {
+  double gdt = 0, edt = 0;
+  for (int i = 0; i < reps; ++i) {  // with a graph, the two alternate
     double g0 = monotonic_s();
     greedy_search(c.model, src_only, gs, c.dev);
     gdt += monotonic_s() - g0;
     c.sampler.sample();
+    if (!r.greedy_cuda_graph) continue;
+    g0 = monotonic_s();
+    greedy_search(c.model, src_only, eager, c.dev);
+    edt += monotonic_s() - g0;
   }
   gdt /= reps;
+  if (r.greedy_cuda_graph) r.greedy_eager_sent_s = static_cast<double>(c.o.batch) / (edt / reps);
   r.greedy_sent_s = static_cast<double>(c.o.batch) / gdt;
   // FLOPs of the steps run: the batch advances max over rows of (ratio * src_len + 10) steps.
   int64_t steps = 0;
@@ -315,22 +324,31 @@ SearchOptions time_beam(BenchRow& r, const Decoding& c) {
 void count_decoder_steps(BenchRow& r, const Decoding& c, const SearchOptions& gs, const SearchOptions& bs) {
   const Batch& src_only = c.src_only;
   SearchOptions g = gs;
-  const PerStep greedy = per_decoder_step([&](bool longer) {
-    g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;  // every row to its limit: r.greedy_steps or 10 steps
-    greedy_search(c.model, src_only, g, c.dev);
-    return longer ? r.greedy_steps : int64_t{10};
-  });
-  r.ops_per_greedy_step = greedy.ops;
-  r.reads_per_greedy_step = greedy.reads;
-  if (c.dev.is_cuda() && r.greedy_steps > 10) {  // the kernels of the same two searches
-    auto kernels = [&](bool longer) {
-      g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;
-      return count_cuda_kernels([&] { greedy_search(c.model, src_only, g, c.dev); });
-    };
-    const int64_t longer = kernels(true), shorter = kernels(false);
-    if (longer >= 0 && shorter >= 0)
-      r.cuda_kernels_per_greedy_step = static_cast<double>(longer - shorter) / static_cast<double>(r.greedy_steps - 10);
-  }
+  // Operations and reads per step (the difference of a full-length search and one of 10 steps), and on CUDA the
+  // kernels of the same two searches; with and without the graph where greedy records one.
+  const auto greedy_counts = [&](bool graph, double* ops, double* reads, double* kernels) {
+    g.cuda_graph = graph;
+    const PerStep per = per_decoder_step([&](bool longer) {
+      g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;  // every row to its limit: r.greedy_steps or 10 steps
+      greedy_search(c.model, src_only, g, c.dev);
+      return longer ? r.greedy_steps : int64_t{10};
+    });
+    *ops = per.ops;
+    if (reads != nullptr) *reads = per.reads;
+    if (c.dev.is_cuda() && r.greedy_steps > 10) {
+      const auto count = [&](bool longer) {
+        g.max_len_ratio = longer ? gs.max_len_ratio : 0.0;
+        return count_cuda_kernels([&] { greedy_search(c.model, src_only, g, c.dev); });
+      };
+      const int64_t longer = count(true), shorter = count(false);
+      if (longer >= 0 && shorter >= 0)
+        *kernels = static_cast<double>(longer - shorter) / static_cast<double>(r.greedy_steps - 10);
+    }
+    g = gs;
+  };
+  greedy_counts(gs.cuda_graph, &r.ops_per_greedy_step, &r.reads_per_greedy_step, &r.cuda_kernels_per_greedy_step);
+  if (r.greedy_cuda_graph)
+    greedy_counts(false, &r.ops_per_greedy_step_eager, nullptr, &r.cuda_kernels_per_greedy_step_eager);
   if (c.o.op_names) {  // the same difference of two searches, by operation
     auto names = [&](bool longer) {
       DispatchCounter by_name(/*by_name=*/true);

@@ -51,6 +51,10 @@ struct BenchRow {
   // On a CUDA device, the kernels it ran (count_cuda_kernels): a training step, and per greedy step; -1 elsewhere.
   int64_t cuda_kernels_per_training_step = -1;
   double cuda_kernels_per_greedy_step = -1;
+  // Where greedy search records its decoder step as a CUDA graph (SearchOptions::cuda_graph): the same search with
+  // every operation launched on its own, for comparison; -1 where the graph is not used.
+  bool greedy_cuda_graph = false;
+  double greedy_eager_sent_s = -1, ops_per_greedy_step_eager = -1, cuda_kernels_per_greedy_step_eager = -1;
 };
 
 // The machine's float32 matmul rate (best of 20 1024^3 products; summed over the ranks of a data-parallel run) and the

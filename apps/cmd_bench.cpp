@@ -93,6 +93,13 @@ void print_single(const std::vector<BenchRow>& rows, const Roofline& roof, doubl
             {"per_training_step", r.cuda_kernels_per_training_step},
             {"per_target_position", static_cast<double>(r.cuda_kernels_per_training_step) / static_cast<double>(d.T)},
             {"per_greedy_step", r.cuda_kernels_per_greedy_step}};
+      if (r.greedy_cuda_graph) {  // greedy's decoder step as a CUDA graph, beside the same search without it
+        nlohmann::json& row = j["rows"].back();
+        row["greedy_cuda_graph"] = true;
+        row["greedy_eager_sentences_per_s"] = r.greedy_eager_sent_s;
+        row["dispatched_ops"]["per_greedy_step_eager"] = r.ops_per_greedy_step_eager;
+        if (row.contains("cuda_kernels")) row["cuda_kernels"]["per_greedy_step_eager"] = r.cuda_kernels_per_greedy_step_eager;
+      }
     }
     std::cout << j.dump(2) << "\n";
   } else {

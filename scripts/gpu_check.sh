@@ -208,6 +208,10 @@ print(f"bench.greedy_sentences_per_s\t{greedy:.2f}")
 print(f"bench.beam5_batched_sentences_per_s\t{med([row(j)['beam5_batched_sentences_per_s'] for j in ours]):.2f}")
 print(f"bench.dispatched_ops\t{json.dumps(row(ours[-1])['dispatched_ops'])}")
 print(f"bench.host_reads\t{json.dumps(row(ours[-1])['host_reads'])}")
+if row(ours[-1]).get("greedy_cuda_graph"):  # greedy's step as a CUDA graph, beside the same search without it
+    eager = med([row(j)["greedy_eager_sentences_per_s"] for j in ours])
+    print(f"bench.greedy_eager_sentences_per_s\t{eager:.2f}")
+    print(f"ratio.greedy_graph_over_eager\t{greedy / eager:.3f}")
 if "cuda_kernels" in row(ours[-1]):  # on CUDA: the kernels the device ran, beside the CPU-side count above
     print(f"bench.cuda_kernels\t{json.dumps(row(ours[-1])['cuda_kernels'])}")
 for k in ("precision", "cuda_tf32", "cudnn_tf32", "matmul_gflops", "libtorch"):

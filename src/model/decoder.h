@@ -73,6 +73,8 @@ class DecoderImpl : public torch::nn::Module {
   // The output layer W_o h~ + b_o (model/linear.h says which product computes it).
   torch::Tensor logits(const torch::Tensor& readout);
   bool has_attention() const { return attention_ || self_attention; }
+  // A stack of self-attention layers rather than a recurrence (its step state, the key/value cache, grows).
+  bool is_self_attention() const { return static_cast<bool>(self_attention); }
   bool luong_style() const { return luong_style_; }
   bool can_run_all_steps() const { return luong_style_ && !input_feeding_; }
   // The path forward() takes for these arguments: the one place it is chosen.

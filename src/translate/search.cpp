@@ -3,8 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <mutex>
 #include <numeric>
+#include <string>
 
+#include <spdlog/spdlog.h>
+
+#include "common/cuda_graph.h"
 #include "common/host.h"
 #include "common/precision.h"
 #include "data/special_tokens.h"
@@ -18,6 +23,111 @@ SearchOptions search_options(const EvalConfig& eval, int beam) {
   so.length_penalty = eval.length_penalty;
   so.max_len_ratio = eval.max_len_ratio;
   return so;
+}
+
+namespace {
+
+// What the steps of a greedy search computed: each row's token and its log-probability per step, and the attention
+// weights per step when they are kept.
+struct GreedySteps {
+  torch::Tensor tokens;  // [B, steps] long
+  torch::Tensor scores;  // [B, steps]
+  std::vector<torch::Tensor> weights;  // per step [B, S], when kept
+};
+
+// The steps one operation at a time. Rows past their <eos> go on with their own picks: the hypotheses are read up
+// to each row's <eos> afterwards, so nothing on the device needs to mask them.
+GreedySteps eager_steps(Seq2Seq& model, DecoderState state, const AttentionMemory& mem, torch::Tensor y,
+                        int64_t max_steps, const SearchOptions& opt) {
+  torch::Tensor finished = torch::zeros_like(y, torch::kBool);
+  std::vector<torch::Tensor> tokens, scores, weights;
+  for (int64_t t = 0; t < max_steps; ++t) {
+    if (opt.cancelled && opt.cancelled()) throw SearchCancelled();
+    DecoderStepOutput s = model->decoder->step(y, state, mem);
+    const RowArgmax pick = argmax_log_softmax(float_if_reduced(model->decoder->logits(s.readout)));  // [B]: log_softmax + max
+    y = pick.ids;
+    tokens.push_back(y);
+    scores.push_back(pick.logp);
+    if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
+    if (!opt.stop_at_eos) continue;
+    finished.logical_or_(y.eq(kEosId));
+    if (t % 4 == 3 && host_scalar<bool>(finished.all())) break;  // one host read every few steps
+  }
+  return {torch::stack(tokens, 1), torch::stack(scores, 1), std::move(weights)};
+}
+
+// The same steps with the step recorded once as a CUDA graph and then launched as one unit: the host launches one
+// graph a step instead of its twenty-odd operations. What the recorded step reads and writes stays in place: the
+// previous token, the recurrent state (and the fed-back attentional vector), the step's column of the results (a
+// counter on the device), the finished flags. The first step runs eagerly on the graph's stream (LibTorch's lazy
+// set-up happens outside the recording), the second is recorded and launched, and so is every one after it. Should
+// the recording fail, the search goes on eagerly from the same buffers, and says so once.
+GreedySteps graphed_steps(Seq2Seq& model, const DecoderState& init, const AttentionMemory& mem, const torch::Tensor& y0,
+                          int64_t max_steps, const SearchOptions& opt) {
+  torch::Tensor y = y0.clone();
+  DecoderState state = init;
+  state.rnn.h = init.rnn.h.clone();
+  if (init.rnn.c.defined()) state.rnn.c = init.rnn.c.clone();
+  if (init.feed.defined()) state.feed = init.feed.clone();
+  const int64_t B = y.size(0);
+  const torch::TensorOptions on = y.options();
+  torch::Tensor tokens = torch::zeros({B, max_steps}, on.dtype(torch::kLong));
+  torch::Tensor scores = torch::zeros({B, max_steps}, on.dtype(torch::kFloat));
+  torch::Tensor column = torch::zeros({1}, on.dtype(torch::kLong));
+  torch::Tensor finished = torch::zeros({B}, on.dtype(torch::kBool));
+  torch::Tensor all_finished = torch::zeros({}, on.dtype(torch::kBool));
+  const auto step = [&] {
+    DecoderState s = state;  // the same tensors; step() replaces its members with the new state
+    const DecoderStepOutput out = model->decoder->step(y, s, mem);
+    const RowArgmax pick = argmax_log_softmax(float_if_reduced(model->decoder->logits(out.readout)));
+    y.copy_(pick.ids);
+    state.rnn.h.copy_(s.rnn.h);
+    if (state.rnn.c.defined()) state.rnn.c.copy_(s.rnn.c);
+    if (state.feed.defined()) state.feed.copy_(s.feed);
+    tokens.index_copy_(1, column, pick.ids.unsqueeze(1));
+    scores.index_copy_(1, column, pick.logp.to(torch::kFloat).unsqueeze(1));
+    column.add_(1);
+    finished.logical_or_(pick.ids.eq(kEosId));
+    all_finished.copy_(finished.all());
+  };
+  CudaGraph graph;
+  bool recorded = false, eager = false;
+  int64_t steps = 0;
+  while (steps < max_steps) {
+    if (opt.cancelled && opt.cancelled()) throw SearchCancelled();
+    if (steps == 0) {
+      graph.warm_up(step);
+    } else if (eager) {
+      step();
+    } else {
+      if (!recorded) {
+        try {
+          graph.capture(step);
+          recorded = true;
+        } catch (const std::exception& e) {
+          const std::string why = e.what();
+          static std::once_flag said;
+          std::call_once(said, [&] { spdlog::warn("greedy search: the decoder step could not be recorded as a CUDA graph, "
+                                                  "it runs eagerly ({})", why.substr(0, why.find('\n'))); });
+          eager = true;
+          continue;
+        }
+      }
+      graph.replay();
+    }
+    ++steps;
+    if (opt.stop_at_eos && steps % 4 == 0 && host_scalar<bool>(all_finished)) break;  // one host read every few steps
+  }
+  return {tokens.narrow(1, 0, steps), scores.narrow(1, 0, steps), {}};
+}
+
+}  // namespace
+
+bool greedy_step_graphed(Seq2Seq& model, const SearchOptions& opt, const torch::Device& device) {
+  // An RNN decoder's state keeps one shape (a self-attention decoder's key/value cache grows); a map would be one
+  // more output per step; bf16 autocast's cache of cast weights must not be recorded.
+  return opt.cuda_graph && device.is_cuda() && CudaGraph::available() && !model->decoder->is_self_attention() &&
+         !opt.keep_weights && precision() != Precision::kBf16;
 }
 
 std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, const SearchOptions& opt,
@@ -38,27 +148,14 @@ std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& cpu_batch, co
   DecoderState state = model->decoder->init_state(enc);
   state.cache.reserved = max_steps;  // a self-attention decoder's key/value buffers: every step fits
   AttentionMemory mem = model->decoder->prepare(enc);
-  torch::Tensor y = torch::full({B}, kBosId, torch::TensorOptions().dtype(torch::kLong).device(device));
-  torch::Tensor finished = torch::zeros({B}, torch::TensorOptions().dtype(torch::kBool).device(device));
-  std::vector<torch::Tensor> tokens, scores, weights;
-  for (int64_t t = 0; t < max_steps; ++t) {
-    if (opt.cancelled && opt.cancelled()) throw SearchCancelled();
-    DecoderStepOutput s = model->decoder->step(y, state, mem);
-    const RowArgmax pick = argmax_log_softmax(float_if_reduced(model->decoder->logits(s.readout)));  // [B]: log_softmax + max
-    // Rows past their <eos> go on with their own picks: the hypotheses are read up to each row's <eos> below, so
-    // nothing on the device needs to mask them (two operations a step fewer).
-    y = pick.ids;
-    tokens.push_back(y);
-    scores.push_back(pick.logp);
-    if (opt.keep_weights && s.weights.defined()) weights.push_back(s.weights);
-    if (!opt.stop_at_eos) continue;
-    finished.logical_or_(y.eq(kEosId));
-    if (t % 4 == 3 && host_scalar<bool>(finished.all())) break;  // one host read every few steps
-  }
-  const int64_t steps = static_cast<int64_t>(tokens.size());
-  const HostTensor toks = to_host(torch::stack(tokens, 1), torch::kLong);  // [B, steps]
-  const HostTensor sc = to_host(torch::stack(scores, 1), torch::kFloat);
-  const HostTensor w = weights.empty() ? HostTensor() : to_host(torch::stack(weights, 1), torch::kFloat);  // [B, steps, S]
+  const torch::Tensor bos = torch::full({B}, kBosId, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const GreedySteps run = greedy_step_graphed(model, opt, device) && max_steps >= 3
+                              ? graphed_steps(model, state, mem, bos, max_steps, opt)
+                              : eager_steps(model, std::move(state), mem, bos, max_steps, opt);
+  const int64_t steps = run.tokens.size(1);
+  const HostTensor toks = to_host(run.tokens, torch::kLong);  // [B, steps]
+  const HostTensor sc = to_host(run.scores, torch::kFloat);
+  const HostTensor w = run.weights.empty() ? HostTensor() : to_host(torch::stack(run.weights, 1), torch::kFloat);  // [B, steps, S]
   const int64_t S = w.defined() ? w.size(2) : 0;
   std::vector<Hypothesis> out(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {

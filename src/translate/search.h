@@ -26,6 +26,9 @@ struct SearchOptions {
   double length_penalty = 1.0; // GNMT alpha: score / ((5 + len) / 6)^alpha; 0 = raw log-probability
   int nbest = 1;               // hypotheses returned per sentence (beam_search only)
   bool stop_at_eos = true;     // greedy: false runs every row to the length limit (benchmarks)
+  // Greedy on CUDA with an RNN decoder and no maps: the decoder step recorded once as a CUDA graph and launched as one
+  // unit per step (common/cuda_graph.h). False: every operation launched on its own (benchmarks compare the two).
+  bool cuda_graph = true;
   // Asked before every decoder step: true ends the search with SearchCancelled (serve: its client's deadline passed,
   // or the server is stopping). Empty: never.
   std::function<bool()> cancelled;
@@ -47,6 +50,10 @@ struct SearchStats {
 
 // GNMT length penalty ((5 + len) / 6)^alpha.
 double length_penalty(int64_t len, double alpha);
+
+// Whether greedy_search records this model's decoder step as a CUDA graph with these options on this device: on
+// CUDA in a LibTorch with CUDA, an RNN decoder, no attention maps, a precision other than bf16, and opt.cuda_graph.
+bool greedy_step_graphed(Seq2Seq& model, const SearchOptions& opt, const torch::Device& device);
 
 // Greedy search over a batch (rows in batch order). Runs under NoGradGuard; the caller sets eval().
 std::vector<Hypothesis> greedy_search(Seq2Seq& model, const Batch& batch, const SearchOptions& opt,
