@@ -43,5 +43,6 @@ Command setup_config(CLI::App& parent, const GlobalOptions& g);
 Command setup_average(CLI::App& parent, const GlobalOptions& g);
 Command setup_lab(CLI::App& parent, const GlobalOptions& g);
 Command setup_serve(CLI::App& parent, const GlobalOptions& g);
+Command setup_explain(CLI::App& parent, const GlobalOptions& g);
 
 }  // namespace attnmt::cli

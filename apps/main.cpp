@@ -146,6 +146,7 @@ int main(int argc, char** argv) {
       cli::setup_attention(app, g), cli::setup_bleu(app, g),     cli::setup_corpus(app, g),
       cli::setup_compare(app, g),   cli::setup_bench(app, g),      cli::setup_config(app, g),
       cli::setup_average(app, g),    cli::setup_lab(app, g),       cli::setup_serve(app, g),
+      cli::setup_explain(app, g),
   };
   for (auto& c : commands) c.app->fallthrough();  // global flags may follow the subcommand name
   if (!subcommand_known(app, commands, argc, argv)) return kExitUsage;

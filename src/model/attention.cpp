@@ -34,7 +34,7 @@ bool fused_attention_available() { return false; }
 #endif
 
 bool AttentionImpl::fused_for(const torch::Tensor& query) const {
-  return !maps_wanted && score_sink_ == nullptr && override_ == WeightOverride::kNone && fused_attention_available() &&
+  return !maps_wanted && score_sink_ == nullptr && !observer_ && override_ == WeightOverride::kNone && fused_attention_available() &&
          !kernels_on(query.device());
 }
 
@@ -178,7 +178,7 @@ AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const Atte
   torch::Tensor scores = additive_scores(w_query(query), mem.keys, v_vector());  // v^T tanh(W s + U h_j)  [B, T, S]
   record(scores);
   torch::Tensor w = overridden(masked_softmax(scores, mem), mem.mask);
-  return {context(w, mem.values), w, torch::Tensor(), scores};  // [B, T, H_enc]
+  return observed(query, mem, {context(w, mem.values), w, torch::Tensor(), scores});  // [B, T, H_enc]
 }
 
 MultiplicativeAttention::MultiplicativeAttention(int64_t query_dim, int64_t key_dim, bool general) : key_dim_(key_dim) {
@@ -202,7 +202,7 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
                                                         : batched_product(query, mem.keys.transpose(1, 2));
   record(scores);
   torch::Tensor wts = overridden(masked_softmax(scores, mem), mem.mask);
-  return {context(wts, mem.values), wts, torch::Tensor(), scores};
+  return observed(query, mem, {context(wts, mem.values), wts, torch::Tensor(), scores});
 }
 
 MultiHeadAttention::MultiHeadAttention(int64_t query_dim, int64_t key_dim, int64_t attn_dim, int64_t heads, bool scale)
@@ -244,9 +244,19 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
   AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_, mem.blocked);  // ctx [B, h, T, d], w [B, h, T, S]
   record(o.scores);
   TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
-  torch::Tensor ctx = o.context.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_});
   torch::Tensor mean = attention_maps_wanted() ? o.weights.mean(1) : torch::Tensor();  // the map: mean of the heads
-  return {wo(ctx), mean, o.weights, o.scores};
+  return observed(query, mem, {join_heads(o.context), mean, o.weights, o.scores});
+}
+
+double MultiHeadAttention::score_scale() const {
+  return scale_ ? 1.0 / std::sqrt(static_cast<double>(attn_dim_ / heads_)) : 1.0;
+}
+
+torch::Tensor MultiHeadAttention::join_heads(const torch::Tensor& contexts) {
+  TORCH_CHECK(contexts.dim() == 4 && contexts.size(1) == heads_, "MultiHeadAttention: contexts must be [B, ", heads_,
+              ", T, d], got ", contexts.sizes());
+  const int64_t B = contexts.size(0), T = contexts.size(2);
+  return wo(contexts.permute({0, 2, 1, 3}).reshape({B, T, attn_dim_}));
 }
 
 std::shared_ptr<AttentionImpl> make_attention(const ModelConfig& cfg) {

@@ -2,6 +2,7 @@
 // prepare(); attend() then scores queries for one step ([B, Q]) or for all steps at once ([B, T, Q]).
 // Padded source positions get weight exactly 0.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,6 +77,10 @@ class AttentionImpl : public torch::nn::Module {
   // the real source positions or by the model's own weights permuted among them (seeded). Bahdanau and Luong only.
   enum class WeightOverride { kNone, kUniform, kPermuted };
   void override_weights(WeightOverride o, uint64_t seed = 1);
+  // Whoever explains a step (translate/explain.h): while set, every attend() hands it the call's query, memory and
+  // result (weights and scores formed: the fused path stands aside). Empty: off.
+  using Observer = std::function<void(const torch::Tensor& query, const AttentionMemory& mem, const AttentionOutput& out)>;
+  void observe(Observer o) { observer_ = std::move(o); }
 
  protected:
   // w [B, T, S] as override_weights says (unchanged while it is kNone).
@@ -84,6 +89,11 @@ class AttentionImpl : public torch::nn::Module {
   // Whether this call may run as the fused operation (attention_maps_wanted): nobody reads its weights or scores, the
   // device path, a LibTorch that has it, and no weight override.
   bool fused_for(const torch::Tensor& query) const;
+  // Hands a result to the observer, if any, and returns it.
+  AttentionOutput observed(const torch::Tensor& query, const AttentionMemory& mem, AttentionOutput out) const {
+    if (observer_) observer_(query, mem, out);
+    return out;
+  }
   void record(const torch::Tensor& scores) const {
     if (!score_sink_) return;
     if (scores.requires_grad()) const_cast<torch::Tensor&>(scores).retain_grad();
@@ -92,6 +102,7 @@ class AttentionImpl : public torch::nn::Module {
 
  private:
   std::vector<torch::Tensor>* score_sink_ = nullptr;
+  Observer observer_;
   WeightOverride override_ = WeightOverride::kNone;
   uint64_t override_seed_ = 1;
   at::Generator override_gen_;
@@ -138,6 +149,10 @@ class MultiHeadAttention : public AttentionImpl {
   AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
   int64_t context_dim() const override { return key_dim_; }
   int64_t heads() const override { return heads_; }
+  // The factor the scores q.k are multiplied by before the softmax: 1/sqrt(d) per head, or 1 (model.attention.scale).
+  double score_scale() const;
+  // The heads' contexts [B, h, T, d] joined and projected back: W_o [c_1; ...; c_h] -> [B, T, key_dim].
+  torch::Tensor join_heads(const torch::Tensor& contexts);
 
  private:
   int64_t key_dim_, attn_dim_, heads_;
