@@ -76,8 +76,8 @@ void describe(const AttentionConfig& a, StepExplanation* e) {
     e->scale_reason = "no scaling in Luong's general score (W is learned, and sets the range)";
   } else if (label == "scaled_dot") {
     e->score_formula = "score(q, k_j) = (W_q q) . (W_k k_j) per head, scaled by 1/sqrt(d)";
-    e->scale_reason = a.scale ? "scaled by 1/sqrt(d): a dot product of d terms grows like sqrt(d), and would push the "
-                                "softmax into its flat, saturated ends"
+    e->scale_reason = a.scale ? "scaled by 1/sqrt(d): a dot product of d terms grows like sqrt(d); unscaled, large "
+                                "scores would make the softmax nearly one-hot, where its gradients vanish"
                               : "not scaled (model.attention.scale is false)";
   } else {
     e->score_formula = "no scores: one fixed context vector, the encoder's summary of the whole source";
