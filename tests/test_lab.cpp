@@ -150,8 +150,11 @@ TEST(LabKeys, ScaleOffMultipliesTheScoresBySqrtDAndChangesNothingElse) {
   a->eval();
   b->eval();
   std::vector<torch::Tensor> sa, sb;
-  a->decoder->attention()->record_scores(&sa);
-  b->decoder->attention()->record_scores(&sb);
+  auto into = [](std::vector<torch::Tensor>& sink) {
+    return [&sink](const torch::Tensor&, const AttentionMemory&, const AttentionOutput& out) { sink.push_back(out.scores); };
+  };
+  a->decoder->attention()->observe(into(sa));
+  b->decoder->attention()->observe(into(sb));
   torch::NoGradGuard ng;
   const auto oa = a->forward(x.src, x.len, x.mask, x.tgt_in), ob = b->forward(x.src, x.len, x.mask, x.tgt_in);
   ASSERT_EQ(sa.size(), 1u);
@@ -214,11 +217,11 @@ TEST(LabCounterfactual, UniformAndPermutedWeightsKeepPaddingAtZero) {
   AttentionImpl* att = model->decoder->attention();
   const torch::Tensor q = torch::randn({2, 3, 16});
   const AttentionOutput plain = att->attend(q, mem);
-  att->override_weights(AttentionImpl::WeightOverride::kUniform);
+  att->edit_weights(uniform_weights);
   const AttentionOutput uni = att->attend(q, mem);
-  att->override_weights(AttentionImpl::WeightOverride::kPermuted, 3);
+  att->edit_weights(PermutedWeights(3));
   const AttentionOutput perm = att->attend(q, mem);
-  att->override_weights(AttentionImpl::WeightOverride::kNone);
+  att->edit_weights(nullptr);
   const AttentionOutput back = att->attend(q, mem);
   ASSERT_EQ(uni.weights.sizes(), plain.weights.sizes());
   EXPECT_TRUE(torch::allclose(uni.weights[0], torch::full({3, 6}, 1.0 / 6)));

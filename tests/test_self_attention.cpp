@@ -446,3 +446,41 @@ TEST(SelfAttention, FlopsCountedByHand) {
   EXPECT_DOUBLE_EQ(g.encoder - f.encoder, 2.0 * 4 * 8 * 6);
   EXPECT_DOUBLE_EQ(g.decoder - f.decoder, 2.0 * 4 * 8 * 10);
 }
+
+// The stacks are made of EncoderLayer/DecoderLayer modules but keep the parameter names (and their order) that
+// checkpoints have carried: an older run's checkpoint loads, and the optimiser's saved state, which follows the order,
+// lands on the same parameters.
+TEST(SelfAttention, LayersKeepTheCheckpointsParameterNamesAndOrder) {
+  ModelConfig m = tiny_sa();
+  m.encoder_layers = m.decoder_layers = 1;
+  torch::manual_seed(0);
+  SelfAttentionEncoder encoder(m);
+  SelfAttentionDecoder decoder(m);
+  std::vector<std::string> enc, dec;
+  for (const auto& p : encoder->named_parameters()) enc.push_back(p.key());
+  for (const auto& p : decoder->named_parameters()) dec.push_back(p.key());
+  const std::vector<std::string> want_enc = {
+      "input.weight", "input.bias", "norms1.0.weight", "norms1.0.bias", "norms2.0.weight", "norms2.0.bias", "ff1.0.weight",
+      "ff1.0.bias", "ff2.0.weight", "ff2.0.bias", "self_attn0.wq.weight", "self_attn0.wk.weight", "self_attn0.wv.weight",
+      "self_attn0.wo.weight", "final_norm.weight", "final_norm.bias"};
+  ASSERT_EQ(enc.size(), want_enc.size());
+  EXPECT_EQ(enc, want_enc);
+  ASSERT_EQ(dec.size(), 22u);  // input 2, three norms 6, feed-forward 4, self 4, cross 4, final norm 2
+  EXPECT_EQ(dec[2], "norms1.0.weight");
+  EXPECT_EQ(dec[6], "norms3.0.weight");
+  EXPECT_EQ(dec[12], "self_attn0.wq.weight");
+  EXPECT_EQ(dec[16], "cross_attn0.wq.weight");
+  EXPECT_EQ(dec[20], "final_norm.weight");
+  // Each name is the layer's own tensor: a layer module and the stack share one set of parameters.
+  const auto& layer = encoder->layers().at(0);
+  EXPECT_TRUE(layer->ff1->weight.is_same(encoder->named_parameters()["ff1.0.weight"]));
+  EXPECT_TRUE(layer->self_attn->named_parameters()["wq.weight"].is_same(encoder->named_parameters()["self_attn0.wq.weight"]));
+  EXPECT_TRUE(decoder->layers().at(0)->cross_attn->named_parameters()["wo.weight"].is_same(
+      decoder->named_parameters()["cross_attn0.wo.weight"]));
+  // eval() on a stack reaches its layers' dropout (shared with the stack).
+  ASSERT_TRUE(layer->drop->is_training());
+  encoder->eval();
+  decoder->eval();
+  EXPECT_FALSE(layer->drop->is_training());
+  EXPECT_FALSE(decoder->layers().at(0)->drop->is_training());
+}

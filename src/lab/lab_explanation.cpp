@@ -90,10 +90,10 @@ json counterfactual(LoadedRun& run, const TestSet& test, double* normal_bleu, st
   std::vector<std::string> normal_text;
   for (const auto& t : normal) normal_text.push_back(t.text);
   *normal_bleu = corpus_bleu(normal_text, {test.ref}).score;
-  for (auto mode : {AttentionImpl::WeightOverride::kUniform, AttentionImpl::WeightOverride::kPermuted}) {
-    mech->override_weights(mode, 1);
+  for (const bool permute : {false, true}) {
+    mech->edit_weights(permute ? AttentionImpl::WeightsEdit(PermutedWeights(1)) : AttentionImpl::WeightsEdit(uniform_weights));
     std::vector<Translation> alt = Translator(run, greedy).best(test.src);
-    mech->override_weights(AttentionImpl::WeightOverride::kNone);
+    mech->edit_weights(nullptr);
     int64_t fn = 0, fn_changed = 0, cn = 0, cn_changed = 0;
     std::vector<std::string> alt_text;
     for (size_t i = 0; i < alt.size(); ++i) {
@@ -111,7 +111,7 @@ json counterfactual(LoadedRun& run, const TestSet& test, double* normal_bleu, st
         }
       }
     }
-    const std::string name = mode == AttentionImpl::WeightOverride::kUniform ? "uniform" : "permuted";
+    const std::string name = permute ? "permuted" : "uniform";
     const double b = corpus_bleu(alt_text, {test.ref}).score;
     const double fs_ = fn ? static_cast<double>(fn_changed) / static_cast<double>(fn) : 0.0;
     const double cs_ = cn ? static_cast<double>(cn_changed) / static_cast<double>(cn) : 0.0;

@@ -37,14 +37,18 @@ ScoreProbe probe_scores(Seq2Seq& model, const Batch& cpu_batch, const torch::Dev
   TORCH_CHECK(att, "probe_scores: the model has no attention");
   model->eval();
   const Batch b = cpu_batch.to(device);
-  std::vector<torch::Tensor> sink;
-  att->record_scores(&sink);
+  std::vector<torch::Tensor> sink;  // each attend()'s scores before the softmax, their gradient retained
+  att->observe([&sink](const torch::Tensor&, const AttentionMemory&, const AttentionOutput& out) {
+    torch::Tensor scores = out.scores;
+    if (scores.requires_grad()) scores.retain_grad();
+    sink.push_back(scores);
+  });
   {
     torch::AutoGradMode on(true);
     BatchLoss bl = batch_loss(model, b, 0.0);
     (bl.sum / static_cast<double>(b.tgt_tokens)).backward();
   }
-  att->record_scores(nullptr);
+  att->observe(nullptr);
   TORCH_CHECK(!sink.empty(), "probe_scores: no scores were recorded");
   torch::Tensor x = torch::cat(sink, -2);  // [B, h, T, S]
   torch::Tensor g = sink.size() == 1 ? sink[0].grad() : torch::Tensor();

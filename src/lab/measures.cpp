@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include <ATen/CPUGeneratorImpl.h>
+
 namespace attnmt {
 
 PowerLaw fit_power_law(const std::vector<double>& x, const std::vector<double>& y) {
@@ -131,6 +133,25 @@ double diagonal_distance(const std::vector<std::vector<float>>& map) {
     ++rows;
   }
   return rows ? total / static_cast<double>(rows) : 0.0;
+}
+
+torch::Tensor uniform_weights(const torch::Tensor& w, const torch::Tensor& mask) {
+  torch::Tensor u = mask.unsqueeze(1).expand_as(w).to(w.scalar_type());
+  return u / u.sum(-1, true);
+}
+
+PermutedWeights::PermutedWeights(uint64_t seed) : gen_(at::detail::createCPUGenerator(seed)) {}
+
+// Sorting random keys (padding last) gives a random order of the real positions; the position order with padding last
+// says where each goes, so that padding keeps its zero.
+torch::Tensor PermutedWeights::operator()(const torch::Tensor& w, const torch::Tensor& mask) {
+  const torch::Tensor m = mask.unsqueeze(1).expand_as(w);  // [B, T, S]
+  const int64_t S = w.size(-1);
+  torch::Tensor keys = torch::rand(w.sizes(), gen_, torch::TensorOptions().dtype(torch::kFloat)).to(w.device());
+  torch::Tensor random_order = std::get<1>(keys.masked_fill(m.logical_not(), 2.0).sort(-1));
+  torch::Tensor position = torch::arange(S, torch::TensorOptions().dtype(torch::kFloat).device(w.device())).expand_as(w);
+  torch::Tensor plain_order = std::get<1>(position.masked_fill(m.logical_not(), static_cast<double>(2 * S)).sort(-1));
+  return torch::zeros_like(w).scatter(-1, plain_order, w.gather(-1, random_order));
 }
 
 }  // namespace attnmt

@@ -46,4 +46,17 @@ RowStats row_stats(const std::vector<std::vector<float>>& rows);
 // row's weights, in source positions; the mean over rows. 0 for a map that puts all weight on the diagonal.
 double diagonal_distance(const std::vector<std::vector<float>>& map);
 
+// Counterfactual attention weights for AttentionImpl::edit_weights, w [B, T, S] and mask [B, S] (true at real source
+// positions): uniform over the real positions, or the model's own weights permuted among them (seeded, a new
+// permutation at every call). Padding keeps weight 0 in both.
+torch::Tensor uniform_weights(const torch::Tensor& w, const torch::Tensor& mask);
+class PermutedWeights {
+ public:
+  explicit PermutedWeights(uint64_t seed);
+  torch::Tensor operator()(const torch::Tensor& w, const torch::Tensor& mask);
+
+ private:
+  at::Generator gen_;
+};
+
 }  // namespace attnmt

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <cmath>
 #include <torch/version.h>
 
@@ -34,7 +33,7 @@ bool fused_attention_available() { return false; }
 #endif
 
 bool AttentionImpl::fused_for(const torch::Tensor& query) const {
-  return !maps_wanted && score_sink_ == nullptr && !observer_ && override_ == WeightOverride::kNone && fused_attention_available() &&
+  return !maps_wanted && !observer_ && !edit_ && fused_attention_available() &&
          !kernels_on(query.device());
 }
 
@@ -91,27 +90,10 @@ AttentionOutput scaled_dot_product(const torch::Tensor& q, const torch::Tensor& 
   return {batched_product(flat(w), flat(v)).view(shape), w, torch::Tensor(), scores};
 }
 
-void AttentionImpl::override_weights(WeightOverride o, uint64_t seed) {
-  override_ = o;
-  override_seed_ = seed;
-  override_gen_ = at::detail::createCPUGenerator(seed);
-}
-
-torch::Tensor AttentionImpl::overridden(const torch::Tensor& w, const torch::Tensor& mask) {
-  if (override_ == WeightOverride::kNone) return w;
-  const torch::Tensor m = mask.unsqueeze(1).expand_as(w);  // [B, T, S]
-  if (override_ == WeightOverride::kUniform) {
-    torch::Tensor u = m.to(w.scalar_type());
-    return u / u.sum(-1, true);
-  }
-  // Permuted: sorting random keys (padding last) gives a random order of the real positions; the position order
-  // with padding last says where each goes, so that padding keeps its zero.
-  const int64_t S = w.size(-1);
-  torch::Tensor keys = torch::rand(w.sizes(), override_gen_, torch::TensorOptions().dtype(torch::kFloat)).to(w.device());
-  torch::Tensor random_order = std::get<1>(keys.masked_fill(m.logical_not(), 2.0).sort(-1));
-  torch::Tensor position = torch::arange(S, torch::TensorOptions().dtype(torch::kFloat).device(w.device())).expand_as(w);
-  torch::Tensor plain_order = std::get<1>(position.masked_fill(m.logical_not(), static_cast<double>(2 * S)).sort(-1));
-  return torch::zeros_like(w).scatter(-1, plain_order, w.gather(-1, random_order));
+torch::Tensor AttentionImpl::join_heads(const torch::Tensor& contexts) {
+  TORCH_CHECK(contexts.dim() == 4 && contexts.size(1) == 1, "attention: one head's context must be [B, 1, T, d], got ",
+              contexts.sizes());
+  return contexts.squeeze(1);
 }
 
 namespace {
@@ -176,8 +158,7 @@ AttentionMemory AdditiveAttention::prepare(const torch::Tensor& enc, const torch
 AttentionOutput AdditiveAttention::attend(const torch::Tensor& query, const AttentionMemory& mem) {
   check_query(query, mem, w_query->weight.size(1), "AdditiveAttention");
   torch::Tensor scores = additive_scores(w_query(query), mem.keys, v_vector());  // v^T tanh(W s + U h_j)  [B, T, S]
-  record(scores);
-  torch::Tensor w = overridden(masked_softmax(scores, mem), mem.mask);
+  torch::Tensor w = edited(masked_softmax(scores, mem), mem.mask);
   return observed(query, mem, {context(w, mem.values), w, torch::Tensor(), scores});  // [B, T, H_enc]
 }
 
@@ -200,8 +181,7 @@ AttentionOutput MultiplicativeAttention::attend(const torch::Tensor& query, cons
   // [B, T, S]; one query per sentence while decoding: the row kernel instead of B tiny BLAS products
   torch::Tensor scores = one_query_without_grad(query) ? value_dots(mem.keys, query.squeeze(1)).unsqueeze(1)
                                                         : batched_product(query, mem.keys.transpose(1, 2));
-  record(scores);
-  torch::Tensor wts = overridden(masked_softmax(scores, mem), mem.mask);
+  torch::Tensor wts = edited(masked_softmax(scores, mem), mem.mask);
   return observed(query, mem, {context(wts, mem.values), wts, torch::Tensor(), scores});
 }
 
@@ -242,8 +222,7 @@ AttentionOutput MultiHeadAttention::attend(const torch::Tensor& query, const Att
     return {wo(ctx), {}, {}, {}};
   }
   AttentionOutput o = scaled_dot_product(q, mem.keys, mem.values, mem.mask, scale_, mem.blocked);  // ctx [B, h, T, d], w [B, h, T, S]
-  record(o.scores);
-  TORCH_CHECK(!overriding(), "MultiHeadAttention: weight overrides apply to bahdanau and luong only");
+  TORCH_CHECK(!editing(), "MultiHeadAttention: weight edits apply to bahdanau and luong only");
   torch::Tensor mean = attention_maps_wanted() ? o.weights.mean(1) : torch::Tensor();  // the map: mean of the heads
   return observed(query, mem, {join_heads(o.context), mean, o.weights, o.scores});
 }
@@ -286,6 +265,25 @@ AttentionTraits attention_traits(const AttentionConfig& a) {
     t.summary += "/" + to_string(effective_score(a));
   }
   if (a.type == AttentionType::kScaledDot) t.summary += "/" + std::to_string(a.heads) + (a.heads == 1 ? " head" : " heads");
+  const LuongScore score = effective_score(a);
+  if (a.type == AttentionType::kBahdanau || (a.type == AttentionType::kLuong && score == LuongScore::kConcat)) {
+    t.score_formula = "score(q, k_j) = v . tanh(W q + U k_j)";
+    t.scale_reason = "no scaling: tanh bounds every term, and the learned v sets the scores' range";
+  } else if (a.type == AttentionType::kLuong && score == LuongScore::kDot) {
+    t.score_formula = "score(q, k_j) = q . k_j";
+    t.scale_reason = "no scaling in Luong's dot score (the decoder state and the keys have the same size)";
+  } else if (a.type == AttentionType::kLuong) {
+    t.score_formula = "score(q, k_j) = q . W k_j";
+    t.scale_reason = "no scaling in Luong's general score (W is learned, and sets the range)";
+  } else if (a.type == AttentionType::kScaledDot) {
+    t.score_formula = "score(q, k_j) = (W_q q) . (W_k k_j) per head, scaled by 1/sqrt(d)";
+    t.scale_reason = a.scale ? "scaled by 1/sqrt(d): a dot product of d terms grows like sqrt(d); unscaled, large scores "
+                               "would make the softmax nearly one-hot, where its gradients vanish"
+                             : "not scaled (model.attention.scale is false)";
+  } else {
+    t.score_formula = "no scores: one fixed context vector, the encoder's summary of the whole source";
+    t.scale_reason = "nothing to weigh";
+  }
   return t;
 }
 

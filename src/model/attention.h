@@ -70,42 +70,38 @@ class AttentionImpl : public torch::nn::Module {
   virtual AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) = 0;
   virtual int64_t context_dim() const = 0;
   virtual int64_t heads() const { return 1; }
-  // Instrumentation for the attention lab: while a sink is set, attend() appends its scores before the softmax
-  // ([B, T, S], or [B, heads, T, S]) to it, with their gradient retained when they have one. Null: off.
-  void record_scores(std::vector<torch::Tensor>* sink) { score_sink_ = sink; }
-  // Counterfactual decoding (the lab): the weights replaced, before the context is formed, by uniform weights over
-  // the real source positions or by the model's own weights permuted among them (seeded). Bahdanau and Luong only.
-  enum class WeightOverride { kNone, kUniform, kPermuted };
-  void override_weights(WeightOverride o, uint64_t seed = 1);
-  // Whoever explains a step (translate/explain.h): while set, every attend() hands it the call's query, memory and
-  // result (weights and scores formed: the fused path stands aside). Empty: off.
+  // The factor the scores are multiplied by before the softmax (1/sqrt(d) for scaled dot-product; 1 otherwise).
+  virtual double score_scale() const { return 1.0; }
+  // The heads' contexts [B, heads, T, d] made into the mechanism's context [B, T, C]: one head's as it is; several
+  // heads' joined and projected back (MultiHeadAttention).
+  virtual torch::Tensor join_heads(const torch::Tensor& contexts);
+
+  // Two hooks for whoever studies a mechanism from outside (the explanation of a step, the lab's probes); each is off
+  // while empty, and while either is set the fused path stands aside (weights and scores are formed).
+  // observe: every attend() hands the observer its query, memory and result (scores before the softmax, weights).
   using Observer = std::function<void(const torch::Tensor& query, const AttentionMemory& mem, const AttentionOutput& out)>;
   void observe(Observer o) { observer_ = std::move(o); }
+  // edit_weights: the weights [B, T, S] replaced by edit(weights, mask) before the context is formed (counterfactual
+  // decoding). Bahdanau and Luong; scaled dot-product refuses.
+  using WeightsEdit = std::function<torch::Tensor(const torch::Tensor& weights, const torch::Tensor& mask)>;
+  void edit_weights(WeightsEdit edit) { edit_ = std::move(edit); }
 
  protected:
-  // w [B, T, S] as override_weights says (unchanged while it is kNone).
-  torch::Tensor overridden(const torch::Tensor& w, const torch::Tensor& mask);
-  bool overriding() const { return override_ != WeightOverride::kNone; }
+  // w as the edit says (unchanged without one).
+  torch::Tensor edited(const torch::Tensor& w, const torch::Tensor& mask) const { return edit_ ? edit_(w, mask) : w; }
+  bool editing() const { return static_cast<bool>(edit_); }
   // Whether this call may run as the fused operation (attention_maps_wanted): nobody reads its weights or scores, the
-  // device path, a LibTorch that has it, and no weight override.
+  // device path, a LibTorch that has it, and no hook set.
   bool fused_for(const torch::Tensor& query) const;
   // Hands a result to the observer, if any, and returns it.
   AttentionOutput observed(const torch::Tensor& query, const AttentionMemory& mem, AttentionOutput out) const {
     if (observer_) observer_(query, mem, out);
     return out;
   }
-  void record(const torch::Tensor& scores) const {
-    if (!score_sink_) return;
-    if (scores.requires_grad()) const_cast<torch::Tensor&>(scores).retain_grad();
-    score_sink_->push_back(scores);
-  }
 
  private:
-  std::vector<torch::Tensor>* score_sink_ = nullptr;
   Observer observer_;
-  WeightOverride override_ = WeightOverride::kNone;
-  uint64_t override_seed_ = 1;
-  at::Generator override_gen_;
+  WeightsEdit edit_;
 };
 
 // Bahdanau et al. 2015 (additive): score(s, h) = v^T tanh(W s + U h). Also Luong's "concat":
@@ -147,12 +143,17 @@ class MultiHeadAttention : public AttentionImpl {
   // The keys and values of states [B, S, key_dim] as [B, heads, S, d], without a mask (every position a key).
   AttentionMemory keys_values(const torch::Tensor& states);
   AttentionOutput attend(const torch::Tensor& query, const AttentionMemory& mem) override;
+  // queries [B, T, query_dim] attending to the states keys_values [B, S, key_dim] (mask [B, S]): prepare, then attend.
+  // Self-attention is forward(x, x, mask).
+  AttentionOutput forward(const torch::Tensor& queries, const torch::Tensor& keys_values, const torch::Tensor& mask) {
+    return attend(queries, prepare(keys_values, mask));
+  }
   int64_t context_dim() const override { return key_dim_; }
   int64_t heads() const override { return heads_; }
-  // The factor the scores q.k are multiplied by before the softmax: 1/sqrt(d) per head, or 1 (model.attention.scale).
-  double score_scale() const;
-  // The heads' contexts [B, h, T, d] joined and projected back: W_o [c_1; ...; c_h] -> [B, T, key_dim].
-  torch::Tensor join_heads(const torch::Tensor& contexts);
+  // 1/sqrt(d) per head, or 1 (model.attention.scale).
+  double score_scale() const override;
+  // W_o [c_1; ...; c_h] -> [B, T, key_dim].
+  torch::Tensor join_heads(const torch::Tensor& contexts) override;
 
  private:
   int64_t key_dim_, attn_dim_, heads_;
@@ -171,6 +172,8 @@ struct AttentionTraits {
                             // previous one (Bahdanau)
   std::string label;        // the type and its score function: none, bahdanau, luong-general, scaled_dot
   std::string summary;      // for reports: bahdanau, luong/general, scaled_dot/4 heads
+  std::string score_formula;  // the lesson's notation: score(q, k_j) = v . tanh(W q + U k_j), ...
+  std::string scale_reason;   // why the scores are scaled, or need not be
 };
 AttentionTraits attention_traits(const AttentionConfig& a);
 

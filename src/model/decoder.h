@@ -80,7 +80,7 @@ class DecoderImpl : public torch::nn::Module {
   // The path forward() takes for these arguments: the one place it is chosen.
   DecoderPath path_for(const torch::Device& device, double teacher_forcing, bool stepwise) const;
   int64_t heads() const { return self_attention ? self_attention->cross_heads() : attention_ ? attention_->heads() : 0; }
-  // The attention mechanism (null without attention), for instrumentation (AttentionImpl::record_scores); the
+  // The attention mechanism (null without attention), for instrumentation (AttentionImpl::observe, edit_weights); the
   // last layer's cross-attention of a self-attention decoder.
   AttentionImpl* attention() const { return self_attention ? self_attention->cross_attention() : attention_.get(); }
 

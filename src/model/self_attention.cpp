@@ -100,15 +100,9 @@ namespace {
 torch::nn::LayerNorm layer_norm(int64_t d) { return torch::nn::LayerNorm(torch::nn::LayerNormOptions({d})); }
 // Layer normalisation in float32, whatever autocast made of x (as autocast itself does on CUDA; on a CPU LibTorch 1.13
 // normalises a bfloat16 x with float32 weights not at all).
-torch::Tensor normed(torch::nn::LayerNormImpl& norm, const torch::Tensor& x) {
-  return norm.forward(float_if_reduced(x));
-}
+torch::Tensor normed(torch::nn::LayerNorm& norm, const torch::Tensor& x) { return norm(float_if_reduced(x)); }
 // W2 relu(W1 x + b1) + b2
-torch::Tensor feed_forward(torch::nn::Module& w1, torch::nn::Module& w2, const torch::Tensor& x) {
-  auto& l1 = dynamic_cast<LinearImpl&>(w1);
-  auto& l2 = dynamic_cast<LinearImpl&>(w2);
-  return l2.forward(torch::relu(l1.forward(x)));
-}
+torch::Tensor feed_forward(Linear& w1, Linear& w2, const torch::Tensor& x) { return w2(torch::relu(w1(x))); }
 // Projects E-wide embeddings to the stack's width D (when E differs) and adds the positions.
 torch::Tensor stack_input(Linear& input, PositionEncoding& positions, const torch::Tensor& emb, int64_t first) {
   torch::Tensor x = input ? input(emb) : emb;
@@ -116,24 +110,68 @@ torch::Tensor stack_input(Linear& input, PositionEncoding& positions, const torc
 }
 }  // namespace
 
-SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) : dim_(cfg.hidden_dim) {
+EncoderLayerImpl::EncoderLayerImpl(int64_t dim, int64_t heads, int64_t ff_dim, Dropout dropout) {
+  self_attn = register_module("self_attn", std::make_shared<MultiHeadAttention>(dim, dim, dim, heads));
+  norm1 = register_module("norm1", layer_norm(dim));
+  norm2 = register_module("norm2", layer_norm(dim));
+  ff1 = register_module("ff1", Linear(dim, ff_dim));
+  ff2 = register_module("ff2", Linear(ff_dim, dim));
+  drop = register_module("drop", std::move(dropout));
+}
+
+torch::Tensor EncoderLayerImpl::forward(torch::Tensor x, const torch::Tensor& mask, torch::Tensor* weights) {
+  torch::Tensor h = normed(norm1, x);
+  AttentionOutput a = self_attn->forward(h, h, mask);  // queries, keys and values from one sequence
+  if (weights) *weights = a.head_weights;             // [B, h, S, S]
+  x = x + drop(a.context);
+  return x + drop(feed_forward(ff1, ff2, normed(norm2, x)));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(int64_t dim, int64_t heads, int64_t cross_dim, int64_t cross_heads, bool cross_scale,
+                                   int64_t ff_dim, Dropout dropout) {
+  self_attn = register_module("self_attn", std::make_shared<MultiHeadAttention>(dim, dim, dim, heads));
+  cross_attn = register_module("cross_attn", std::make_shared<MultiHeadAttention>(dim, dim, cross_dim, cross_heads, cross_scale));
+  norm1 = register_module("norm1", layer_norm(dim));
+  norm2 = register_module("norm2", layer_norm(dim));
+  norm3 = register_module("norm3", layer_norm(dim));
+  ff1 = register_module("ff1", Linear(dim, ff_dim));
+  ff2 = register_module("ff2", Linear(ff_dim, dim));
+  drop = register_module("drop", std::move(dropout));
+}
+
+DecoderLayerImpl::Output DecoderLayerImpl::forward(torch::Tensor x, const torch::Tensor& self_mask, const AttentionMemory& cross,
+                                                   SelfAttentionCache* cache, size_t index) {
+  Output o;
+  torch::Tensor h = normed(norm1, x);
+  AttentionMemory self = self_attn->keys_values(h);  // K, V of the new positions [B, h, T, d]
+  if (cache) std::tie(self.keys, self.values) = cache->append(index, self.keys, self.values);  // the prefix's and theirs
+  self.mask = self_mask;
+  o.self = self_attn->attend(h, self);
+  x = x + drop(o.self.context);
+  o.cross = cross_attn->attend(normed(norm2, x), cross);
+  x = x + drop(o.cross.context);
+  o.x = x + drop(feed_forward(ff1, ff2, normed(norm3, x)));
+  return o;
+}
+
+SelfAttentionEncoderImpl::SelfAttentionEncoderImpl(const ModelConfig& cfg) {
   const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.encoder);
   if (cfg.embed_dim != D) input = register_module("input", Linear(cfg.embed_dim, D));
   positions = register_module("positions", PositionEncoding(cfg.encoder.positions, D));
-  norms1 = register_module("norms1", torch::nn::ModuleList());
-  norms2 = register_module("norms2", torch::nn::ModuleList());
-  ff1 = register_module("ff1", torch::nn::ModuleList());
-  ff2 = register_module("ff2", torch::nn::ModuleList());
+  auto norms1 = register_module("norms1", torch::nn::ModuleList()), norms2 = register_module("norms2", torch::nn::ModuleList());
+  auto ff1 = register_module("ff1", torch::nn::ModuleList()), ff2 = register_module("ff2", torch::nn::ModuleList());
+  drop = Dropout(cfg.dropout);
   for (int l = 0; l < cfg.encoder_layers; ++l) {
-    self_attn_.push_back(register_module("self_attn" + std::to_string(l),
-                                         std::make_shared<MultiHeadAttention>(D, D, D, cfg.encoder.heads)));
-    norms1->push_back(layer_norm(D));
-    norms2->push_back(layer_norm(D));
-    ff1->push_back(Linear(D, F));
-    ff2->push_back(Linear(F, D));
+    layers_.emplace_back(D, cfg.encoder.heads, F, drop);
+    const EncoderLayer& layer = layers_.back();
+    register_module("self_attn" + std::to_string(l), layer->self_attn);  // the checkpoints' names (see the header)
+    norms1->push_back(layer->norm1);
+    norms2->push_back(layer->norm2);
+    ff1->push_back(layer->ff1);
+    ff2->push_back(layer->ff2);
   }
   final_norm = register_module("final_norm", layer_norm(D));
-  drop = register_module("drop", Dropout(cfg.dropout));
+  register_module("drop", drop);
 }
 
 SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, const torch::Tensor& mask) {
@@ -142,89 +180,84 @@ SelfAttentionOutput SelfAttentionEncoderImpl::forward(const torch::Tensor& emb, 
               "SelfAttentionEncoder: mask must be [B, S], got ", mask.sizes());
   SelfAttentionOutput o;
   torch::Tensor x = stack_input(input, positions, emb, 0);  // [B, S, D]
-  for (size_t l = 0; l < self_attn_.size(); ++l) {
-    torch::Tensor h = normed(*norms1[l]->as<torch::nn::LayerNorm>(), x);
-    AttentionOutput a = self_attn_[l]->attend(h, self_attn_[l]->prepare(h, mask));  // queries, keys, values: one sequence
-    o.self_weights.push_back(a.head_weights);                                      // [B, h, S, S]
-    x = x + drop(a.context);
-    x = x + drop(feed_forward(*ff1[l], *ff2[l], normed(*norms2[l]->as<torch::nn::LayerNorm>(), x)));
+  for (auto& layer : layers_) {
+    o.self_weights.emplace_back();
+    x = layer->forward(x, mask, &o.self_weights.back());
   }
-  o.states = normed(*final_norm, x);
+  o.states = normed(final_norm, x);
   return o;
 }
 
-SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg)
-    : dim_(cfg.hidden_dim), causal_(cfg.decoder.causal_mask) {
+SelfAttentionDecoderImpl::SelfAttentionDecoderImpl(const ModelConfig& cfg) : causal_(cfg.decoder.causal_mask) {
   const int64_t D = cfg.hidden_dim, F = effective_ff_dim(cfg, cfg.decoder), A = effective_attention_dim(cfg);
   if (cfg.embed_dim != D) input = register_module("input", Linear(cfg.embed_dim, D));
   positions = register_module("positions", PositionEncoding(cfg.decoder.positions, D));
-  norms1 = register_module("norms1", torch::nn::ModuleList());
-  norms2 = register_module("norms2", torch::nn::ModuleList());
-  norms3 = register_module("norms3", torch::nn::ModuleList());
-  ff1 = register_module("ff1", torch::nn::ModuleList());
-  ff2 = register_module("ff2", torch::nn::ModuleList());
+  auto norms1 = register_module("norms1", torch::nn::ModuleList()), norms2 = register_module("norms2", torch::nn::ModuleList());
+  auto norms3 = register_module("norms3", torch::nn::ModuleList());
+  auto ff1 = register_module("ff1", torch::nn::ModuleList()), ff2 = register_module("ff2", torch::nn::ModuleList());
+  drop = Dropout(cfg.dropout);
   for (int l = 0; l < cfg.decoder_layers; ++l) {
-    const std::string n = std::to_string(l);
-    self_attn_.push_back(register_module("self_attn" + n, std::make_shared<MultiHeadAttention>(D, D, D, cfg.decoder.heads)));
-    cross_attn_.push_back(register_module(
-        "cross_attn" + n, std::make_shared<MultiHeadAttention>(D, D, A, cfg.attention.heads, cfg.attention.scale)));
-    norms1->push_back(layer_norm(D));
-    norms2->push_back(layer_norm(D));
-    norms3->push_back(layer_norm(D));
-    ff1->push_back(Linear(D, F));
-    ff2->push_back(Linear(F, D));
+    layers_.emplace_back(D, cfg.decoder.heads, A, cfg.attention.heads, cfg.attention.scale, F, drop);
+    const DecoderLayer& layer = layers_.back();
+    register_module("self_attn" + std::to_string(l), layer->self_attn);  // the checkpoints' names (see the header)
+    register_module("cross_attn" + std::to_string(l), layer->cross_attn);
+    norms1->push_back(layer->norm1);
+    norms2->push_back(layer->norm2);
+    norms3->push_back(layer->norm3);
+    ff1->push_back(layer->ff1);
+    ff2->push_back(layer->ff2);
   }
   final_norm = register_module("final_norm", layer_norm(D));
-  drop = register_module("drop", Dropout(cfg.dropout));
+  register_module("drop", drop);
 }
 
 AttentionMemory SelfAttentionDecoderImpl::prepare(const torch::Tensor& enc_states, const torch::Tensor& mask) {
   AttentionMemory mem;
   mem.mask = mask;
   const torch::Tensor blocked = mask.logical_not();  // once per batch for every layer and step
-  for (const auto& c : cross_attn_) {
-    mem.layers.push_back(c->prepare(enc_states, mask));
+  for (const auto& layer : layers_) {
+    mem.layers.push_back(layer->cross_attn->prepare(enc_states, mask));
     mem.layers.back().blocked = blocked;
   }
   return mem;
+}
+
+// Causal, or everything (the pitfall); padded target positions are no keys (under the causal mask a real position
+// never sees them anyway: padding follows the words). One new position after a cached prefix sees all of it and
+// itself either way: no mask.
+torch::Tensor SelfAttentionDecoderImpl::self_mask(int64_t B, int64_t T, int64_t first, bool cached,
+                                                  const torch::Tensor& target_mask, const torch::Device& device) const {
+  const int64_t S_self = first + T;
+  torch::Tensor m;
+  if (causal_ && !(cached && T == 1)) m = causal_mask(T, S_self, first, device).unsqueeze(0).expand({B, T, S_self});
+  if (target_mask.defined())
+    m = m.defined() ? m.logical_and(target_mask.unsqueeze(1)) : target_mask.unsqueeze(1).expand({B, T, S_self});
+  return m;
 }
 
 SelfAttentionOutput SelfAttentionDecoderImpl::forward(const torch::Tensor& emb, const AttentionMemory& mem,
                                                       SelfAttentionCache* cache, const torch::Tensor& target_mask) {
   TORCH_CHECK(emb.dim() == 3 && emb.size(0) == mem.mask.size(0), "SelfAttentionDecoder: embeddings must be [B, T, E] with B ",
               mem.mask.size(0), ", got ", emb.sizes());
-  TORCH_CHECK(mem.layers.size() == cross_attn_.size(), "SelfAttentionDecoder: memory of ", mem.layers.size(), " layers, expected ",
-              cross_attn_.size(), " (prepare() it with this decoder)");
-  const int64_t B = emb.size(0), T = emb.size(1), first = cache ? cache->length : 0, S_self = first + T;
+  TORCH_CHECK(mem.layers.size() == layers_.size(), "SelfAttentionDecoder: memory of ", mem.layers.size(), " layers, expected ",
+              layers_.size(), " (prepare() it with this decoder)");
+  const int64_t B = emb.size(0), T = emb.size(1), first = cache ? cache->length : 0;
   TORCH_CHECK(!target_mask.defined() || (!cache && target_mask.sizes() == torch::IntArrayRef({B, T})),
               "SelfAttentionDecoder: target_mask must be [B, T] = [", B, ", ", T, "] and without a cache, got ", target_mask.sizes());
-  // The self-attention mask over the prefix and the new positions: causal, or everything (the pitfall); padded target
-  // positions are no keys (under the causal mask a real position never sees them anyway: padding follows the words).
-  // One new position after a cached prefix sees all of it and itself either way: no mask.
-  torch::Tensor self_mask;
-  if (causal_ && !(cache && T == 1)) self_mask = causal_mask(T, S_self, first, emb.device()).unsqueeze(0).expand({B, T, S_self});
-  if (target_mask.defined()) self_mask = self_mask.defined() ? self_mask.logical_and(target_mask.unsqueeze(1))
-                                                             : target_mask.unsqueeze(1).expand({B, T, S_self});
+  const torch::Tensor mask = self_mask(B, T, first, cache != nullptr, target_mask, emb.device());
   SelfAttentionOutput o;
   torch::Tensor x = stack_input(input, positions, emb, first);  // [B, T, D]
-  for (size_t l = 0; l < self_attn_.size(); ++l) {
-    torch::Tensor h = normed(*norms1[l]->as<torch::nn::LayerNorm>(), x);
-    AttentionMemory self = self_attn_[l]->keys_values(h);  // K, V of the new positions [B, h, T, d]
-    if (cache) std::tie(self.keys, self.values) = cache->append(l, self.keys, self.values);  // [B, h, first + T, d]
-    self.mask = self_mask;
-    AttentionOutput a = self_attn_[l]->attend(h, self);
-    o.self_weights.push_back(a.head_weights);  // [B, h, T, first + T]
-    x = x + drop(a.context);
-    AttentionOutput c = cross_attn_[l]->attend(normed(*norms2[l]->as<torch::nn::LayerNorm>(), x), mem.layers[l]);
-    x = x + drop(c.context);
-    x = x + drop(feed_forward(*ff1[l], *ff2[l], normed(*norms3[l]->as<torch::nn::LayerNorm>(), x)));
-    if (l + 1 == self_attn_.size()) {
-      o.cross_weights = c.weights;
-      o.cross_head_weights = c.head_weights;
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    DecoderLayerImpl::Output out = layers_[l]->forward(x, mask, mem.layers[l], cache, l);
+    x = out.x;
+    o.self_weights.push_back(out.self.head_weights);  // [B, h, T, first + T]
+    if (l + 1 == layers_.size()) {
+      o.cross_weights = out.cross.weights;
+      o.cross_head_weights = out.cross.head_weights;
     }
   }
   if (cache) cache->length += T;
-  o.states = normed(*final_norm, x);
+  o.states = normed(final_norm, x);
   return o;
 }
 

@@ -63,19 +63,60 @@ struct SelfAttentionOutput {
   torch::Tensor cross_head_weights;         // decoder: [B, cross heads, T, S]
 };
 
+// One pre-norm encoder layer: x += Drop(SelfAttn(LN1(x), mask)); x += Drop(FF(LN2(x))).
+class EncoderLayerImpl : public torch::nn::Module {
+ public:
+  EncoderLayerImpl(int64_t dim, int64_t heads, int64_t ff_dim, Dropout drop);
+  // x [B, S, D], mask [B, S] (padding is no key); the self-attention weights [B, heads, S, S] into *weights if asked.
+  torch::Tensor forward(torch::Tensor x, const torch::Tensor& mask, torch::Tensor* weights = nullptr);
+
+  std::shared_ptr<MultiHeadAttention> self_attn;
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr};
+  Linear ff1{nullptr}, ff2{nullptr};  // FF(x) = W2 relu(W1 x + b1) + b2
+  Dropout drop{nullptr};
+};
+TORCH_MODULE(EncoderLayer);
+
+// One pre-norm decoder layer:
+//   x += Drop(CausalSelfAttn(LN1(x)));  x += Drop(CrossAttn(LN2(x), encoder));  x += Drop(FF(LN3(x)))
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(int64_t dim, int64_t heads, int64_t cross_dim, int64_t cross_heads, bool cross_scale, int64_t ff_dim,
+                   Dropout drop);
+  struct Output {
+    torch::Tensor x;              // [B, T, D]
+    AttentionOutput self, cross;  // the two attentions' results (weights, heads' weights)
+  };
+  // x [B, T, D] at positions cache->length .. (0 without a cache); self_mask [B, T, S_self] or undefined (every key);
+  // cross: this layer's memory of the encoder states (prepared by cross_attn). With a cache, the new positions' keys and
+  // values are appended to layer `index`'s prefix and the queries see all of it.
+  Output forward(torch::Tensor x, const torch::Tensor& self_mask, const AttentionMemory& cross, SelfAttentionCache* cache,
+                 size_t index);
+
+  std::shared_ptr<MultiHeadAttention> self_attn, cross_attn;
+  torch::nn::LayerNorm norm1{nullptr}, norm2{nullptr}, norm3{nullptr};
+  Linear ff1{nullptr}, ff2{nullptr};
+  Dropout drop{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The stacks below own their layers but register each layer's parts under the names checkpoints have carried since
+// the first self-attention model (self_attn<l>, cross_attn<l>, norms1.<l>, ff1.<l>, ...), not as "layers.<l>.*":
+// older checkpoints load as they are, and the order of the parameters, which the optimiser's saved state and the
+// gradient norm's sum follow, is the one earlier versions trained with (same seed, same losses).
+
 // The self-attention encoder: embeddings [B, S, E] (projected to D = hidden_dim when E differs) plus positions,
 // then model.encoder_layers layers. Padded positions get weight exactly 0 as keys.
 class SelfAttentionEncoderImpl : public torch::nn::Module {
  public:
   SelfAttentionEncoderImpl(const ModelConfig& cfg);
   SelfAttentionOutput forward(const torch::Tensor& emb, const torch::Tensor& mask);
+  const std::vector<EncoderLayer>& layers() const { return layers_; }
 
  private:
-  int64_t dim_;
   Linear input{nullptr};  // E -> D, only when they differ
   PositionEncoding positions{nullptr};
-  std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_;
-  torch::nn::ModuleList norms1, norms2, ff1, ff2;
+  std::vector<EncoderLayer> layers_;
   torch::nn::LayerNorm final_norm{nullptr};
   Dropout drop{nullptr};
 };
@@ -95,16 +136,19 @@ class SelfAttentionDecoderImpl : public torch::nn::Module {
   SelfAttentionOutput forward(const torch::Tensor& emb, const AttentionMemory& mem, SelfAttentionCache* cache = nullptr,
                               const torch::Tensor& target_mask = {});
   // The last layer's cross-attention (the lab's instrumentation hooks).
-  AttentionImpl* cross_attention() const { return cross_attn_.back().get(); }
-  int64_t cross_heads() const { return cross_attn_.back()->heads(); }
+  AttentionImpl* cross_attention() const { return layers_.back()->cross_attn.get(); }
+  int64_t cross_heads() const { return layers_.back()->cross_attn->heads(); }
+  const std::vector<DecoderLayer>& layers() const { return layers_; }
 
  private:
-  int64_t dim_;
+  // The self-attention mask of T new positions after `first` cached ones (undefined: every key).
+  torch::Tensor self_mask(int64_t B, int64_t T, int64_t first, bool cached, const torch::Tensor& target_mask,
+                          const torch::Device& device) const;
+
   bool causal_;
   Linear input{nullptr};
   PositionEncoding positions{nullptr};
-  std::vector<std::shared_ptr<MultiHeadAttention>> self_attn_, cross_attn_;
-  torch::nn::ModuleList norms1, norms2, norms3, ff1, ff2;
+  std::vector<DecoderLayer> layers_;
   torch::nn::LayerNorm final_norm{nullptr};
   Dropout drop{nullptr};
 };

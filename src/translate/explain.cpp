@@ -61,28 +61,11 @@ double largest_difference(const std::vector<double>& a, const std::vector<double
   return d;
 }
 
-// The lesson's words for each mechanism.
+// The lesson's words for each mechanism (AttentionTraits, beside the factory).
 void describe(const AttentionConfig& a, StepExplanation* e) {
   const AttentionTraits traits = attention_traits(a);
-  const std::string& label = traits.label;
-  if (label == "bahdanau" || label == "luong-concat") {
-    e->score_formula = "score(q, k_j) = v . tanh(W q + U k_j)";
-    e->scale_reason = "no scaling: tanh bounds every term, and the learned v sets the scores' range";
-  } else if (label == "luong-dot") {
-    e->score_formula = "score(q, k_j) = q . k_j";
-    e->scale_reason = "no scaling in Luong's dot score (the decoder state and the keys have the same size)";
-  } else if (label == "luong-general") {
-    e->score_formula = "score(q, k_j) = q . W k_j";
-    e->scale_reason = "no scaling in Luong's general score (W is learned, and sets the range)";
-  } else if (label == "scaled_dot") {
-    e->score_formula = "score(q, k_j) = (W_q q) . (W_k k_j) per head, scaled by 1/sqrt(d)";
-    e->scale_reason = a.scale ? "scaled by 1/sqrt(d): a dot product of d terms grows like sqrt(d); unscaled, large "
-                                "scores would make the softmax nearly one-hot, where its gradients vanish"
-                              : "not scaled (model.attention.scale is false)";
-  } else {
-    e->score_formula = "no scores: one fixed context vector, the encoder's summary of the whole source";
-    e->scale_reason = "nothing to weigh";
-  }
+  e->score_formula = traits.score_formula;
+  e->scale_reason = traits.scale_reason;
   e->query_is = !traits.attends    ? "nothing queries"
                 : traits.after_rnn ? "s_t, the decoder's new state"
                                    : "s_{t-1}, the decoder's previous state";
@@ -105,10 +88,9 @@ int64_t chosen_step(const std::vector<std::string>& target, const ExplainOptions
 
 // The heads of an observed call: its scores, weights and the weighted sums of its values, in double.
 void lookups(const ObservedCall& c, AttentionImpl* mechanism, StepExplanation* e) {
-  auto* mha = dynamic_cast<MultiHeadAttention*>(mechanism);
   const bool multi = c.out.head_weights.defined();
   const int64_t H = multi ? c.out.head_weights.size(1) : 1;
-  e->scale = mha != nullptr ? mha->score_scale() : 1.0;
+  e->scale = mechanism->score_scale();
   std::vector<torch::Tensor> head_contexts;
   for (int64_t h = 0; h < H; ++h) {
     HeadLookup l;
@@ -123,11 +105,11 @@ void lookups(const ObservedCall& c, AttentionImpl* mechanism, StepExplanation* e
     head_contexts.push_back(torch::tensor(l.context, torch::kDouble));
     e->heads.push_back(std::move(l));
   }
-  std::vector<double> formed = e->heads[0].context;
-  if (mha != nullptr) {  // W_o [c_1; ...; c_h]: the heads' sums joined and projected back
+  std::vector<double> formed;
+  {  // several heads: W_o [c_1; ...; c_h], the heads' sums joined and projected back
     torch::NoGradGuard ng;
     const torch::Tensor joined = torch::stack(head_contexts).to(c.out.context.scalar_type()).to(c.out.context.device());
-    formed = host_doubles(mha->join_heads(joined.view({1, H, 1, -1})));
+    formed = host_doubles(mechanism->join_heads(joined.view({1, H, 1, -1})));
   }
   e->context = host_doubles(c.out.context);
   e->context_check = largest_difference(e->context, formed);
