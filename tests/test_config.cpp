@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "common/config.h"
+#include "common/config_keys.h"
 #include "common/errors.h"
 #include "common/progress.h"
 #include "support.h"
@@ -114,6 +115,21 @@ TEST(Config, EachKeyOnlyWhereItApplies) {
              {"data.spm.src_model", "only applies to tokenizer 'sentencepiece', not '13a'"});
   // A pair given by halves is said first, whatever the tokenizer.
   expect_bad(json::parse(R"({"data":{"spm":{"tgt_model":"b.model"}}})"), {"data.spm.src_model", "given together"});
+}
+
+// Where a key applies is said twice in its one entry, for validate (Key::applies) and for people (Key::when, the
+// "applies to" column of configs/README.md): a key has both or neither.
+TEST(Config, EachConditionalKeySaysWhereItAppliesForPeopleToo) {
+  size_t conditional = 0;
+  for (const auto& k : attnmt::config_detail::keys()) {
+    EXPECT_EQ(static_cast<bool>(k.applies), !k.when.empty()) << k.path;
+    conditional += k.applies ? 1 : 0;
+  }
+  EXPECT_GE(conditional, 13u);  // data.spm.{src,tgt}_model, input_feeding, attention.{score,heads,dim,scale,mask}, ...
+  const std::string md = attnmt::config_keys_markdown();
+  EXPECT_NE(md.find("| `model.attention.score` | one of `dot` \\| `general` \\| `concat` | not given | type `luong` |"),
+            std::string::npos)
+      << md;
 }
 
 TEST(Config, OddHiddenBidirectional) {

@@ -201,11 +201,11 @@ void validate(const Config& c) {
 std::string config_keys_markdown() {
   const Config defaults;
   std::ostringstream o;
-  o << "| key | type | default | meaning |\n|---|---|---|---|\n";
+  o << "| key | type | default | applies to | meaning |\n|---|---|---|---|---|\n";
   for (const auto& k : config_detail::keys()) {
     json d = k.get(defaults);
     std::string shown = d.is_string() && d.get<std::string>().empty() ? "not given" : "`" + d.dump() + "`";
-    o << "| `" << k.path << "` | " << k.type << " | " << shown << " | " << k.doc << " |\n";
+    o << "| `" << k.path << "` | " << k.type << " | " << shown << " | " << (k.when.empty() ? "all" : k.when) << " | " << k.doc << " |\n";
   }
   return o.str();
 }

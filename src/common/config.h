@@ -182,7 +182,7 @@ bool same_model_and_data(const Config& a, const Config& b);
 // self-attention stacks' sizes and any experiment key that is off ("causal mask OFF").
 std::string describe_model(const ModelConfig& m);
 
-// The markdown table of every key (key, type, default, meaning) that configs/README.md holds between
+// The markdown table of every key (key, type, default, where it applies, meaning) that configs/README.md holds between
 // the lines "<!-- keys:begin -->" and "<!-- keys:end -->".
 std::string config_keys_markdown();
 

@@ -202,9 +202,10 @@ Key enumeration(const std::string& path, F field, E (*parse)(const std::string&)
   return k;
 }
 
-// k with its applicability (Key::applies).
-Key applying(Key k, std::function<std::string(const Config&)> applies) {
+// k with its applicability (Key::applies), and the same said for people (Key::when).
+Key applying(Key k, std::string when, std::function<std::string(const Config&)> applies) {
   k.applies = std::move(applies);
+  k.when = std::move(when);
   return k;
 }
 
@@ -295,10 +296,10 @@ const std::vector<Key>& keys() {
     };
     t.push_back(applying(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
                               "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"),
-                         sentencepiece_only));
+                         "`data.tokenizer` `sentencepiece`", sentencepiece_only));
     t.push_back(applying(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
                               "a trained SentencePiece `.model` for the target side (with `src_model`)"),
-                         sentencepiece_only));
+                         "`data.tokenizer` `sentencepiece`", sentencepiece_only));
     t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
                         "keep source tokens seen at least this often"));
     t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
@@ -322,8 +323,8 @@ const std::vector<Key>& keys() {
     t.push_back(number("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, half_open(0, 1),
                        "dropout on embeddings, between layers and before the output layer"));
     t.push_back(applying(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
-                                 "`luong`/`scaled_dot` only: feed the attentional state into the next step"),
-                         [](const Config& c) -> std::string {
+                                 "feed the attentional state into the next step"),
+                         "types `luong` and `scaled_dot`, RNN decoder", [](const Config& c) -> std::string {
                            if (!attention_is(c, "luong") && !attention_is(c, "scaled_dot"))
                              return "only applies to types 'luong' and 'scaled_dot', not '" + to_string(c.model.attention.type) + "'";
                            return c.model.decoder.type == LayerType::kSelfAttention ? "only applies to an RNN decoder" : "";
@@ -333,14 +334,14 @@ const std::vector<Key>& keys() {
                             attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
     t.push_back(applying(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
                                      luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat},
-                                     true, "`luong` only: the score function (not given: `general`)"),
-                         attention_type_is("luong", "")));
+                                     true, "the score function (not given: `general`)"),
+                         "type `luong`", attention_type_is("luong", "")));
     t.push_back(applying(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; },
-                                 closed(1, 1024), "`scaled_dot` only: attention heads; must divide the attention dimension"),
-                         attention_type_is("scaled_dot", "")));
+                                 closed(1, 1024), "attention heads; must divide the attention dimension"),
+                         "type `scaled_dot`", attention_type_is("scaled_dot", "")));
     t.push_back(applying(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
-                                 at_least(0, "0 = hidden_dim"), "attention dimension of `bahdanau`, luong `concat` and `scaled_dot`"),
-                         [](const Config& c) -> std::string {
+                                 at_least(0, "0 = hidden_dim"), "attention dimension"),
+                         "types `bahdanau`, `scaled_dot`, and `luong` with score `concat`", [](const Config& c) -> std::string {
                            const auto& a = c.model.attention;
                            const bool luong = attention_is(c, "luong");
                            if (!attention_is(c, "none") && !(luong && effective_score(a) != LuongScore::kConcat)) return "";
@@ -348,12 +349,12 @@ const std::vector<Key>& keys() {
                                   (luong ? " with score '" + to_string(effective_score(a)) + "'" : std::string());
                          }));
     t.push_back(applying(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
-                                 "`scaled_dot` only: divide the scores by √d_k (experiment key: `false` shows why it is there)"),
-                         attention_type_is("scaled_dot", " (the only one that scales its scores)")));
+                                 "divide the scores by √d_k (experiment key: `false` shows why it is there)"),
+                         "type `scaled_dot`", attention_type_is("scaled_dot", " (the only one that scales its scores)")));
     t.push_back(applying(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
                                  "padded source positions get attention weight 0 (experiment key: `false` lets padding into "
                                  "the softmax)"),
-                         [](const Config& c) -> std::string {
+                         "types other than `none`", [](const Config& c) -> std::string {
                            return attention_is(c, "none") ? "has no effect for type 'none' (no attention to mask)"
                                                                                  : "";
                          }));
@@ -371,21 +372,21 @@ const std::vector<Key>& keys() {
                                 "`hidden_dim` wide)")));                                                              \
   t.push_back(applying(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
                                 positions_from_string, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone},   \
-                                false, "`self_attention` only: how the " WHAT " sees word order (`none`: it does not)")), \
-                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+                                false, "how the " WHAT " sees word order (`none`: it does not)")), \
+                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
   t.push_back(applying(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
-                            "`self_attention` only: self-attention heads of the " WHAT "; must divide `hidden_dim`")),  \
-                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+                            "self-attention heads of the " WHAT "; must divide `hidden_dim`")),  \
+                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
   t.push_back(applying(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
-                            at_least(0, "0 = 4 x hidden_dim"), "`self_attention` only: feed-forward size of each " WHAT " layer")), \
-                       self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, "")));
+                            at_least(0, "0 = 4 x hidden_dim"), "feed-forward size of each " WHAT " layer")), \
+                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, "")));
     ATTNMT_STACK_KEYS(encoder, "encoder")
     ATTNMT_STACK_KEYS(decoder, "decoder")
 #undef ATTNMT_STACK_KEYS
     t.push_back(applying(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
-                                       "`self_attention` decoder only: position t attends to positions <= t (experiment key: "
+                                       "position t attends to positions <= t (experiment key: "
                                        "`false` lets training peek at the next words)")),
-                         self_attention_stack([](const Config& c) { return c.model.decoder.type; },
+                         "`model.decoder.type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.decoder.type; },
                                               " (an RNN decoder cannot see ahead)")));
 
     t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),

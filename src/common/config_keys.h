@@ -22,6 +22,7 @@ struct Key {
   // Whether the key means anything for this config: "" when it does, else why not ("only applies to type 'luong', not
   // 'bahdanau'"). validate refuses a key set away from its default where it does not apply. Empty: always applies.
   std::function<std::string(const Config&)> applies;
+  std::string when;  // the same for people (configs/README.md's "applies" column): "type `luong`"; empty: always
   bool write_default = true;                                // false: left out of config.json while at its default
 };
 
