@@ -165,11 +165,7 @@ void adam_step(torch::optim::Adam& optim, int max_lanes) {
                        static_cast<float>(beta2), static_cast<float>(1 - beta2), static_cast<float>(std::sqrt(bc2)),
                        static_cast<float>(o.eps()), static_cast<float>(-(o.lr() / bc1)), static_cast<float>(o.weight_decay())};
       share_rows(p.numel(), 1 << 16, [&](int64_t i0, int64_t i1) {
-#ifdef ATTNMT_X86_LANES
-        if (lanes == 16) return adam_span_avx512(a, i0, i1);
-        if (lanes == 8) return adam_span_avx2(a, i0, i1);
-#endif
-        adam_span_plain(a, i0, i1);
+        ATTNMT_LANES_CALL(lanes, adam_span, adam_span_plain, a, i0, i1);
       });
       // Written through raw pointers: bump the version counters as an in-place op would (packed copies of the
       // weights, kernels/packed_product.h, are refreshed by them).

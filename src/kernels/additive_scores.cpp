@@ -71,11 +71,7 @@ int additive_lanes_now() { return std::min(cpu_lanes(), max_lanes_cap.load()); }
 void additive_forward_float(const AdditiveArgs& x, int64_t B) {
   const int lanes = additive_lanes_now();
   share_rows(B, 8, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return additive_rows_avx512(x, b0, b1);
-    if (lanes == 8) return additive_rows_avx2(x, b0, b1);
-#endif
-    additive_rows<4>(x, b0, b1);
+    ATTNMT_LANES_CALL(lanes, additive_rows, additive_rows<4>, x, b0, b1);
   });
 }
 
@@ -140,11 +136,7 @@ __attribute__((target("avx512f"))) void value_rows_avx512(const ValueArgs& x, in
 void value_pass(const ValueArgs& x, int64_t B) {
   const int lanes = additive_lanes_now();
   share_rows(B, 8, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return value_rows_avx512(x, b0, b1);
-    if (lanes == 8) return value_rows_avx2(x, b0, b1);
-#endif
-    value_rows<4>(x, b0, b1);
+    ATTNMT_LANES_CALL(lanes, value_rows, value_rows<4>, x, b0, b1);
   });
 }
 
@@ -321,11 +313,7 @@ torch::Tensor additive_scores_backward_from_inputs(const torch::Tensor& wq, cons
                            g_wq.data_ptr<float>(), g_keys.data_ptr<float>(), g_v_rows.data_ptr<float>(), T, S, A};
   const int lanes = additive_lanes_now();
   share_rows(B, 8, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return additive_backward_avx512(x, b0, b1);
-    if (lanes == 8) return additive_backward_avx2(x, b0, b1);
-#endif
-    additive_backward_rows<4>(x, b0, b1);
+    ATTNMT_LANES_CALL(lanes, additive_backward, additive_backward_rows<4>, x, b0, b1);
   });
   g_v.add_(g_v_rows.sum(0));
   return g_wq;

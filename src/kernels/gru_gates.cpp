@@ -114,11 +114,7 @@ bool gru_cell_kernel(const torch::Tensor& gi, const torch::Tensor& gh, const tor
   a.gi_pitch = gi.stride(0), a.gh_pitch = gh.stride(0), a.h_pitch = h.stride(0), a.H = H;
   const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(B, 16, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return gru_forward_avx512(a, b0, b1);
-    if (lanes == 8) return gru_forward_avx2(a, b0, b1);
-#endif
-    gru_forward_rows<4>(a, b0, b1);
+    ATTNMT_LANES_CALL(lanes, gru_forward, gru_forward_rows<4>, a, b0, b1);
   });
   return true;
 }
@@ -138,11 +134,7 @@ bool gru_cell_backward_kernel(const torch::Tensor& dh, const torch::Tensor& h, c
   a.H = H;
   const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(B, 16, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return gru_backward_avx512(a, b0, b1);
-    if (lanes == 8) return gru_backward_avx2(a, b0, b1);
-#endif
-    gru_backward_rows<4>(a, b0, b1);
+    ATTNMT_LANES_CALL(lanes, gru_backward, gru_backward_rows<4>, a, b0, b1);
   });
   return true;
 }

@@ -12,6 +12,16 @@
 #pragma GCC diagnostic ignored "-Wpsabi"  // wide vectors only ever live inside the functions built for them
 #endif
 
+// Calls the widest build of one kernel that `lanes` allows: KERNEL_avx512 at 16 lanes, KERNEL_avx2 at 8 (x86-64, each
+// compiled for its instruction set), else PLAIN (4 lanes, any CPU), with the same arguments. The one lane switch of
+// src/kernels/: a kernel file defines the three builds and says ATTNMT_LANES_CALL(lanes, name, name_rows<4>, args...).
+#ifdef ATTNMT_X86_LANES
+#define ATTNMT_LANES_CALL(lanes, kernel, plain, ...) \
+  ((lanes) == 16 ? kernel##_avx512(__VA_ARGS__) : (lanes) == 8 ? kernel##_avx2(__VA_ARGS__) : plain(__VA_ARGS__))
+#else
+#define ATTNMT_LANES_CALL(lanes, kernel, plain, ...) ((void)(lanes), plain(__VA_ARGS__))
+#endif
+
 namespace attnmt {
 
 template <int N>

@@ -251,11 +251,7 @@ RowArgmax argmax_log_softmax(const torch::Tensor& logits, int max_lanes) {
   float* lp = out.logp.data_ptr<float>();
   const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(B, 16, [&](int64_t b0, int64_t b1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return argmax_rows_avx512(X, V, b0, b1, ids, lp);
-    if (lanes == 8) return argmax_rows_avx2(X, V, b0, b1, ids, lp);
-#endif
-    argmax_rows<4>(X, V, b0, b1, ids, lp);
+    ATTNMT_LANES_CALL(lanes, argmax_rows, argmax_rows<4>, X, V, b0, b1, ids, lp);
   });
   return out;
 }
@@ -274,11 +270,7 @@ bool cross_entropy_rows(const torch::Tensor& logits, const torch::Tensor& target
                      out->loss.data_ptr<float>(), out->lse.data_ptr<float>(), nullptr, x.size(1), static_cast<float>(eps)};
   const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(n, 64, [&](int64_t r0, int64_t r1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return cross_entropy_forward_avx512(a, r0, r1);
-    if (lanes == 8) return cross_entropy_forward_avx2(a, r0, r1);
-#endif
-    cross_entropy_forward_rows<4>(a, r0, r1);
+    ATTNMT_LANES_CALL(lanes, cross_entropy_forward, cross_entropy_forward_rows<4>, a, r0, r1);
   });
   return true;
 }
@@ -297,11 +289,7 @@ bool cross_entropy_grad(const torch::Tensor& logits, const torch::Tensor& target
                      nullptr, nullptr, grad->data_ptr<float>(), x.size(1), static_cast<float>(eps)};
   const int lanes = std::min(cpu_lanes(), max_lanes);
   share_rows(n, 64, [&](int64_t r0, int64_t r1) {
-#ifdef ATTNMT_X86_LANES
-    if (lanes == 16) return cross_entropy_backward_avx512(a, r0, r1);
-    if (lanes == 8) return cross_entropy_backward_avx2(a, r0, r1);
-#endif
-    cross_entropy_backward_rows<4>(a, r0, r1);
+    ATTNMT_LANES_CALL(lanes, cross_entropy_backward, cross_entropy_backward_rows<4>, a, r0, r1);
   });
   return true;
 }
