@@ -1,4 +1,5 @@
-// attnmt explain --example | --run DIR --src "sentence" [--step N | --word W] [--beam K] [--format text|json]
+// attnmt explain --example | --run DIR --src "sentence" [--step N | --word W] [--part cross|encoder|decoder]
+//                [--layer L] [--beam K] [--format text|json]
 // One attention step computed the way the lesson writes it, with the trained model's own numbers (translate/explain.h),
 // or the tutorial's worked example through the same scaled dot-product function.
 #include <algorithm>
@@ -36,12 +37,17 @@ std::string vec(const std::vector<double>& v, size_t shown = 6) {
   return s + "]" + (v.size() > shown ? "  norm " + fixed3(norm(v)) : "");
 }
 
-// One head's lookup as the lesson's steps, one line per source token, the largest weights named last.
-void print_lookup(const HeadLookup& l, const std::vector<std::string>& source, double scale, const std::string& indent) {
-  std::printf("%s%-16s %10s %10s %10s\n", indent.c_str(), "source token", "score", "x scale", "weight");
-  for (size_t s = 0; s < l.weights.size(); ++s)
+// One head's lookup as the lesson's steps, one line per key token (a masked one says so: its score plays no part), the
+// largest weights named last.
+void print_lookup(const HeadLookup& l, const std::vector<std::string>& source, const std::vector<bool>& masked, double scale,
+                  const std::string& indent) {
+  std::printf("%s%-16s %10s %10s %10s\n", indent.c_str(), "key token", "score", "x scale", "weight");
+  for (size_t s = 0; s < l.weights.size(); ++s) {
+    const bool hidden = s < masked.size() && masked[s];
     std::printf("%s%-16s %10s %10s %10s\n", indent.c_str(), s < source.size() ? source[s].c_str() : "?",
-                fixed3(l.scores[s]).c_str(), fixed3(l.scaled[s]).c_str(), fixed3(l.weights[s]).c_str());
+                hidden ? "masked" : fixed3(l.scores[s]).c_str(), hidden ? "-inf" : fixed3(l.scaled[s]).c_str(),
+                fixed3(l.weights[s]).c_str());
+  }
   std::printf("%sscale %s; the weights sum to %s\n", indent.c_str(), fixed3(scale).c_str(),
               fixed3(std::accumulate(l.weights.begin(), l.weights.end(), 0.0)).c_str());
   std::vector<size_t> order(l.weights.size());
@@ -55,10 +61,6 @@ void print_lookup(const HeadLookup& l, const std::vector<std::string>& source, d
   }
   std::printf("%scontext = sum of weight x value: %s\n%s  most of it from: %s\n", indent.c_str(), vec(l.context).c_str(),
               indent.c_str(), top.c_str());
-}
-
-nlohmann::json lookup_json(const HeadLookup& l) {
-  return {{"scores", l.scores}, {"scaled", l.scaled}, {"weights", l.weights}, {"context", l.context}};
 }
 
 int example(bool json) {
@@ -87,14 +89,7 @@ int example(bool json) {
 int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, bool json) {
   const StepExplanation e = explain_step(run, src, o);
   if (json) {
-    nlohmann::json heads = nlohmann::json::array();
-    for (const auto& h : e.heads) heads.push_back(lookup_json(h));
-    std::cout << nlohmann::json({{"mechanism", e.mechanism}, {"score", e.score_formula}, {"query_is", e.query_is},
-                                 {"scaling", e.scale_reason}, {"source", e.source}, {"target", e.target},
-                                 {"step", e.step}, {"produced", e.produced}, {"query", e.query}, {"scale", e.scale},
-                                 {"heads", heads}, {"context", e.context}, {"context_check", e.context_check}})
-                     .dump(2)
-              << "\n";
+    std::cout << explanation_json(e).dump(2) << "\n";
     return 0;
   }
   auto join = [](const std::vector<std::string>& v) {
@@ -103,8 +98,16 @@ int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, boo
     return s;
   };
   std::printf("source: %s\ntranslation: %s\n", join(e.source).c_str(), join(e.target).c_str());
-  std::printf("step %lld, which produced '%s'; attention: %s\n", static_cast<long long>(e.step), e.produced.c_str(),
-              e.mechanism.c_str());
+  const std::string layer = e.layers > 0 ? ", layer " + std::to_string(e.layer) + " of " + std::to_string(e.layers) : "";
+  if (e.part == "encoder")
+    std::printf("source position %lld ('%s'); attention: %s%s\n", static_cast<long long>(e.step), e.query_token.c_str(),
+                e.mechanism.c_str(), layer.c_str());
+  else if (e.part == "decoder")
+    std::printf("step %lld, at '%s', which produced '%s'; attention: %s%s\n", static_cast<long long>(e.step),
+                e.query_token.c_str(), e.produced.c_str(), e.mechanism.c_str(), layer.c_str());
+  else
+    std::printf("step %lld, which produced '%s'; attention: %s%s\n", static_cast<long long>(e.step), e.produced.c_str(),
+                e.mechanism.c_str(), layer.c_str());
   if (e.heads.empty()) {
     std::printf("%s\ncontext (the same at every step): %s\n", e.score_formula.c_str(), vec(e.context).c_str());
     return 0;
@@ -113,10 +116,10 @@ int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, boo
               e.scale_reason.c_str());
   for (size_t h = 0; h < e.heads.size(); ++h) {
     if (e.heads.size() > 1) std::printf("head %zu of %zu:\n", h + 1, e.heads.size());
-    print_lookup(e.heads[h], e.source, e.scale, e.heads.size() > 1 ? "  " : "");
+    print_lookup(e.heads[h], e.keys, e.masked, e.scale, e.heads.size() > 1 ? "  " : "");
   }
   if (e.heads.size() > 1) std::printf("context = W_o [c_1; ...; c_%zu]: %s\n", e.heads.size(), vec(e.context).c_str());
-  std::printf("the decoder's own context at this step differs from the one formed here by at most %.1e\n", e.context_check);
+  std::printf("the forward pass's own context here differs from the one formed above by at most %.1e\n", e.context_check);
   return 0;
 }
 
@@ -125,8 +128,8 @@ int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, boo
 Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
   struct Options {
     bool example = false;
-    std::string run, src, word, format = "text", checkpoint = "best";
-    int64_t step = 0;
+    std::string run, src, word, format = "text", checkpoint = "best", part = "cross";
+    int64_t step = 0, layer = 0;
     int beam = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -139,6 +142,11 @@ Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
   auto* step = app->add_option("--step", opt->step, "The target position explained, 1-based (default 1)")
                    ->check(CLI::Range(int64_t{1}, int64_t{100000}));
   app->add_option("--word", opt->word, "Or the first step that produced this target token")->excludes(step);
+  app->add_option("--part", opt->part, "cross (the decoder's attention over the source), or a self-attention stack's own: "
+                                       "encoder (--step: a source position) or decoder (causal)")
+      ->check(CLI::IsMember({"cross", "encoder", "decoder"}));
+  app->add_option("--layer", opt->layer, "The self-attention layer, 1-based (default: the last)")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}));
   app->add_option("--beam", opt->beam, "Beam size of the decoding (default: the run's eval.beam_size)")->check(CLI::Range(1, 64));
   app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of the run");
   app->add_option("--format", opt->format, "text | json")->check(CLI::IsMember({"text", "json"}));
@@ -147,7 +155,13 @@ Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
             if (opt->example) return example(json);
             if (opt->run.empty() || opt->src.empty()) throw UsageError("explain: give --run DIR and --src SENTENCE, or --example");
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
-            return explain(run, opt->src, {opt->step, opt->word, opt->beam}, json);
+            ExplainOptions o;
+            o.step = opt->step;
+            o.word = opt->word;
+            o.beam = opt->beam;
+            o.part = opt->part;
+            o.layer = opt->layer;
+            return explain(run, opt->src, o, json);
           }};
 }
 

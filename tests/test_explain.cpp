@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "data/text.h"
@@ -118,6 +119,84 @@ TEST(Explain, EveryKindsStepIsItsForwardPass) {
   }
 }
 
+// A self-attention model, each of its attentions in each layer: the weights are the softmax of the scaled scores over
+// the keys a position may see (exactly the causal triangle for the decoder's own: keys after the query are masked
+// and weigh 0), the context formed from them is the forward pass's own, and the last layer's cross-attention is the
+// map `attention` draws.
+TEST(Explain, SelfAttentionLayersAndHeadsAreTheirForwardPass) {
+  const std::string corpus = test::tiny_toy_corpus("explain_sa_corpus", 48, 6, 6, 10);
+  const std::string sentence = read_lines(corpus + "/test.en").at(0);
+  Config c = test::tiny_config_for(corpus, test::temp_dir("explain_sa"), "scaled_dot");
+  c.model.encoder.type = c.model.decoder.type = LayerType::kSelfAttention;
+  c.model.encoder.heads = 2;
+  c.model.decoder.heads = 4;
+  c.model.attention.heads = 2;
+  c.model.encoder_layers = c.model.decoder_layers = 2;
+  c.train.max_steps = 12;
+  c.train.batch_size = 8;
+  c.eval.beam_size = 2;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  LoadedRun run = load_run(c.run_dir, "best", "cpu");
+  const size_t length = explain_step(run, sentence, {}).target.size();
+  ASSERT_GE(length, 1u) << "the test needs a translation of a token or more";
+  const std::map<std::string, size_t> heads = {{"encoder", 2}, {"decoder", 4}, {"cross", 2}};
+  for (const std::string part : {"encoder", "decoder", "cross"}) {
+    for (const int64_t layer : {int64_t{1}, int64_t{2}}) {
+      ExplainOptions o;
+      o.part = part;
+      o.layer = layer;
+      o.step = part == "encoder" ? 2 : static_cast<int64_t>(length);  // a later position: some keys masked in the decoder
+      const StepExplanation e = explain_step(run, sentence, o);
+      const std::string at = part + " layer " + std::to_string(layer);
+      EXPECT_EQ(e.layer, layer) << at;
+      EXPECT_EQ(e.layers, 2) << at;
+      ASSERT_EQ(e.heads.size(), heads.at(part)) << at;
+      const size_t keys = part == "decoder" ? length + 1 : e.source.size();
+      ASSERT_EQ(e.keys.size(), keys) << at;
+      ASSERT_EQ(e.masked.size(), keys) << at;
+      for (size_t j = 0; j < keys; ++j)  // the decoder's row t sees keys 0..t (<bos> and the tokens before its output)
+        EXPECT_EQ(e.masked[j], part == "decoder" && static_cast<int64_t>(j) >= e.step) << at << " key " << j;
+      if (part == "encoder") EXPECT_EQ(e.query_token, e.source.at(1)) << at;
+      if (part == "decoder") EXPECT_EQ(e.query_token, length >= 2 ? e.target[length - 2] : std::string("<bos>")) << at;
+      EXPECT_LT(e.context_check, 1e-5) << at;
+      std::vector<double> mean(keys, 0.0);
+      for (const HeadLookup& h : e.heads) {
+        ASSERT_EQ(h.weights.size(), keys) << at;
+        ASSERT_EQ(h.scaled.size(), keys) << at;
+        double z = 0;
+        for (size_t j = 0; j < keys; ++j)
+          if (!e.masked[j]) z += std::exp(h.scaled[j]);
+        for (size_t j = 0; j < keys; ++j) {
+          EXPECT_NEAR(h.weights[j], e.masked[j] ? 0.0 : std::exp(h.scaled[j]) / z, 1e-6) << at << " key " << j;
+          mean[j] += h.weights[j] / static_cast<double>(e.heads.size());
+        }
+        EXPECT_NEAR(std::accumulate(h.weights.begin(), h.weights.end(), 0.0), 1.0, 1e-6) << at;
+      }
+      if (part == "cross" && layer == 2) {  // the map of `attention`: the last layer's cross-attention, mean of heads
+        const auto maps = forced_attention(run, {e.source}, {e.target});
+        ASSERT_EQ(maps.size(), 1u);
+        ASSERT_EQ(maps[0].size(), length);
+        const auto& row = maps[0][static_cast<size_t>(e.step - 1)];
+        ASSERT_EQ(row.size(), mean.size());
+        for (size_t j = 0; j < row.size(); ++j) EXPECT_NEAR(row[j], mean[j], 1e-4) << at << " source " << j;
+      }
+    }
+  }
+  // The command: the triangle said in text, and the JSON's keys and masks.
+  const auto text = test::run_cli("--device cpu explain --run " + c.run_dir + " --src '" + sentence + "' --part decoder --layer 1");
+  ASSERT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("decoder self-attention (causal), layer 1 of 2"), std::string::npos) << text.output;
+  const auto js = test::run_cli("--log-level error --device cpu explain --run " + c.run_dir + " --src '" + sentence +
+                                "' --part decoder --step " + std::to_string(length) + " --format json");
+  ASSERT_EQ(js.code, 0) << js.output;
+  const auto j = nlohmann::json::parse(js.output);
+  ASSERT_EQ(j["masked"].size(), length + 1);
+  EXPECT_TRUE(j["masked"].back().get<bool>());
+  EXPECT_FALSE(j["masked"][0].get<bool>());
+  EXPECT_EQ(j["layer"], 2);
+}
+
 // Bad input: exit 2 and one error line that says what is wrong.
 TEST(Explain, BadInputIsOneLineAndExitTwo) {
   const std::string& run = test::tiny_run();
@@ -128,7 +207,10 @@ TEST(Explain, BadInputIsOneLineAndExitTwo) {
       {"explain --run " + run + " --src '   '", "explain: --src is empty"},
       {"explain --src 'the cat'", "explain: give --run DIR and --src SENTENCE"},
       {"explain --run " + run + " --src 'the cat' --format xml", "--format"},
-      {"explain --run /nonexistent/run --src 'the cat'", "/nonexistent/run"}};
+      {"explain --run /nonexistent/run --src 'the cat'", "/nonexistent/run"},
+      {"explain --run " + run + " --src 'the cat' --part encoder", "--part encoder needs a self-attention encoder"},
+      {"explain --run " + run + " --src 'the cat' --layer 2", "--layer applies to self-attention stacks"},
+      {"explain --run " + run + " --src 'the cat' --part sideways", "--part"}};
   for (const auto& [args, expect] : cases) {
     const auto r = test::run_cli("--device cpu " + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;

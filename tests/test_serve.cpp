@@ -291,6 +291,44 @@ TEST(Serve, AnswersOpenNmtPyRequestsInItsShape) {
   EXPECT_EQ(srv->stop(), 0) << read_file(srv->log);
 }
 
+// POST /translator/explain: the JSON of `attnmt explain --format json` for the same sentence, step and beam, decoded on
+// the model's worker; what it cannot explain is refused in one line with its status.
+TEST(Serve, ExplainsAStepAsTheCommandDoes) {
+  if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
+  const ServeRuns& runs = serve_runs();
+  auto srv = start_server({"--run", runs.bahdanau, "--run", runs.none});
+  ASSERT_GT(srv->port, 0);
+  const std::string s = runs.test_src[0];
+  HttpResult r = srv->post("/translator/explain", json({{"src", s}, {"id", 100}, {"step", 2}, {"beam_size", 3}}).dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json got = parse(r);
+  const json cli = json::parse(run_cli("--log-level error explain --run " + runs.bahdanau + " --src '" + s + "' --step 2 --beam 3 --format json").output);
+  ASSERT_EQ(got["heads"].size(), 1u);
+  ASSERT_EQ(cli["heads"].size(), 1u);
+  ASSERT_EQ(got["keys"].size(), cli["keys"].size());
+  EXPECT_EQ(got["keys"], cli["keys"]);
+  EXPECT_EQ(got["target"], cli["target"]);
+  EXPECT_EQ(got["step"], 2);
+  const json &w = got["heads"][0]["weights"], &cw = cli["heads"][0]["weights"];
+  ASSERT_EQ(w.size(), cw.size());
+  double sum = 0;
+  for (size_t j = 0; j < w.size(); ++j) {
+    EXPECT_NEAR(w[j].get<double>(), cw[j].get<double>(), 1e-6) << j;
+    sum += w[j].get<double>();
+  }
+  EXPECT_NEAR(sum, 1.0, 1e-6);
+  EXPECT_EQ(srv->get("/models").status, 200);
+  expect_error(srv->post("/translator/explain", json({{"src", s}, {"id", 101}}).dump()), 400, "no attention to explain");
+  expect_error(srv->post("/translator/explain", json({{"src", s}, {"step", 250}}).dump()), 400, "--step must be between");
+  expect_error(srv->post("/translator/explain", json({{"src", s}, {"part", "encoder"}}).dump()), 400, "needs a self-attention encoder");
+  expect_error(srv->post("/translator/explain", json({{"src", s}, {"part", "sideways"}}).dump()), 400, "\"part\"");
+  expect_error(srv->post("/translator/explain", json({{"src", s}, {"steps", 2}}).dump()), 400, "unknown key \"steps\"");
+  expect_error(srv->post("/translator/explain", json::array({{{"src", s}}}).dump()), 400, "one JSON object");
+  expect_error(srv->post("/translator/explain", json({{"src", "   "}}).dump()), 400, "empty");
+  expect_error(srv->get("/translator/explain"), 405, "method not allowed");
+  EXPECT_EQ(srv->stop(), 0);
+}
+
 TEST(Serve, RefusesBadRequestsWithTheirStatus) {
   if (!http_available()) GTEST_SKIP() << "built without cpp-httplib (libcpp-httplib-dev): no serve";
   const ServeRuns& runs = serve_runs();
@@ -651,6 +689,21 @@ TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
   const std::string hover = wd.text(wd.find("#out-100 .hover"));
   EXPECT_NE(hover.find("source \u201c" + first_word + "\u201d"), std::string::npos) << hover;
   EXPECT_NE(hover.find("weight 0."), std::string::npos) << hover;
+  // A click on the map's first row explains step 1: one row per source word, weights summing to one, the same numbers
+  // as `attnmt explain`.
+  wd.call("POST", "/element/" + rows[0] + "/click");
+  std::vector<std::string> lookup;
+  for (int i = 0; i < 200 && (lookup = wd.find_all("#out-100 .explain table.lookup tr")).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(lookup.size(), src_words + 1) << wd.text(wd.find("#out-100 .explain"));  // a header row, then one per word
+  const std::string explained = wd.text(wd.find("#out-100 .explain"));
+  EXPECT_NE(explained.find("step 1, which produced"), std::string::npos) << explained;
+  EXPECT_NE(explained.find("the weights sum to 1.000"), std::string::npos) << explained;
+  const json cli = json::parse(run_cli("--log-level error explain --run " + runs.bahdanau + " --src '" + sentence + "' --beam 5 --format json").output);
+  ASSERT_EQ(cli["heads"][0]["weights"].size(), src_words);
+  char first_weight[32];
+  std::snprintf(first_weight, sizeof first_weight, "%.3f", cli["heads"][0]["weights"][0].get<double>());
+  EXPECT_EQ(wd.text(wd.find_all("#out-100 .explain table.lookup tr td:nth-child(4)").at(0)), first_weight);
   // A screenshot as a user sees the page (ATTNMT_SERVE_SCREENSHOT=FILE keeps it, e.g. for docs/serve/page.png).
   std::string png = base64_decode(wd.call("GET", "/screenshot").get<std::string>());
   ASSERT_GT(png.size(), 1000u);

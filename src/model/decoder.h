@@ -75,6 +75,8 @@ class DecoderImpl : public torch::nn::Module {
   bool has_attention() const { return attention_ || self_attention; }
   // A stack of self-attention layers rather than a recurrence (its step state, the key/value cache, grows).
   bool is_self_attention() const { return static_cast<bool>(self_attention); }
+  // The self-attention stack (is_self_attention() only): its layers, for whoever observes them (attnmt explain).
+  const SelfAttentionDecoder& self_attention_stack() const { return self_attention; }
   bool luong_style() const { return luong_style_; }
   bool can_run_all_steps() const { return luong_style_ && !input_feeding_; }
   // The path forward() takes for these arguments: the one place it is chosen.

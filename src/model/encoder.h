@@ -27,6 +27,9 @@ class EncoderImpl : public torch::nn::Module {
   // respect to them (the lab's gradient x input).
   EncoderOutput from_embeddings(const torch::Tensor& emb, const torch::Tensor& lengths, const torch::Tensor& mask);
   torch::Tensor embed_tokens(const torch::Tensor& src) { return embed(src); }  // [B, S] -> [B, S, E]
+  bool is_self_attention() const { return static_cast<bool>(self_attention); }
+  // The self-attention stack (is_self_attention() only): its layers, for whoever observes them (attnmt explain).
+  const SelfAttentionEncoder& self_attention_stack() const { return self_attention; }
 
  private:
   bool bidirectional_;

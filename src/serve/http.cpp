@@ -71,7 +71,7 @@ void send(httplib::Response& res, const ApiReply& r) {
 std::string method_of(const std::string& path) {
   for (const char* root : {"", "/translator"}) {
     const std::string r = root;
-    if (path == r + "/translate") return "POST";
+    if (path == r + "/translate" || path == r + "/explain") return "POST";
     if (path == r + "/models" || path == r + "/health") return "GET";
   }
   return path == "/" || path == "/index.html" ? "GET" : "";
@@ -134,14 +134,20 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
   auto page = [](const httplib::Request&, httplib::Response& res) { res.set_content(serve_page(), "text/html; charset=utf-8"); };
   auto models = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.models()}); };
   auto health = [&svc](const httplib::Request&, httplib::Response& res) { send(res, {200, svc.health()}); };
-  auto translate = [&svc](const httplib::Request& req, httplib::Response& res) {
-    // JSON only: a page elsewhere can POST text/plain or a form to a loopback server without asking first (no CORS
-    // preflight); application/json it cannot.
+  // JSON only: a page elsewhere can POST text/plain or a form to a loopback server without asking first (no CORS
+  // preflight); application/json it cannot.
+  auto json_only = [](const httplib::Request& req, httplib::Response& res) {
     const std::string type = media_type(req.get_header_value("Content-Type"));
-    if (type != "application/json")
-      return send(res, api_error(415, "the body must be JSON, sent as Content-Type: application/json (got " +
-                                          (type.empty() ? std::string("none") : "'" + type + "'") + ")"));
-    send(res, svc.translate(req.body));
+    if (type == "application/json") return true;
+    send(res, api_error(415, "the body must be JSON, sent as Content-Type: application/json (got " +
+                                 (type.empty() ? std::string("none") : "'" + type + "'") + ")"));
+    return false;
+  };
+  auto translate = [&svc, json_only](const httplib::Request& req, httplib::Response& res) {
+    if (json_only(req, res)) send(res, svc.translate(req.body));
+  };
+  auto explain = [&svc, json_only](const httplib::Request& req, httplib::Response& res) {
+    if (json_only(req, res)) send(res, svc.explain(req.body));
   };
   s.Get("/", page);
   s.Get("/index.html", page);
@@ -150,6 +156,7 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
     s.Get(r + "/models", models);
     s.Get(r + "/health", health);
     s.Post(r + "/translate", translate);
+    s.Post(r + "/explain", explain);
   }
   // What httplib answers by itself (an unknown path, a known path with another method, a body over the limit, a
   // malformed request) in the API's form.
@@ -162,7 +169,7 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
       res.set_header("Allow", allowed);
       msg = req.method + " " + req.path + ": method not allowed (use " + allowed + ")";
     } else if (res.status == 404) {
-      msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, GET /models, GET /health, GET /)";
+      msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, POST /translator/explain, GET /models, GET /health, GET /)";
     }
     if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
     if (msg.empty() && res.status == 400)

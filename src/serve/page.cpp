@@ -1,6 +1,9 @@
 // The page `attnmt serve` answers at /: a sentence box, the models to ask, and per model its translation, n-best list,
 // attention heat map (hover: source word, target word, weight; words or pieces for a SentencePiece run) and test BLEU
-// by source length. /?src=...&beam=..&nbest=..&ref=..&models=100,101 fills the form and translates on load. Plain HTML with its script inline: nothing is fetched but the server's own API.
+// by source length; a click on a row of a map explains that step (POST /translator/explain: scores, scaling, softmax,
+// weighted sum; a self-attention model's layers, heads and causal mask). /?src=...&beam=..&nbest=..&ref=..&models=100,101
+// fills the form and translates on load (&explain=STEP&part=..&layer=.. opens an explanation too). Plain HTML with its
+// script inline: nothing is fetched but the server's own API.
 #include "serve/http.h"
 
 namespace attnmt {
@@ -29,9 +32,14 @@ table.map tbody th{text-align:right}
 table.len{border-collapse:collapse;font-size:.85em} table.len td,table.len th{padding:1px 6px;text-align:right}
 .bar{display:inline-block;height:10px;background:#4a7bd0}
 ol.nbest{margin:.2em 0;padding-left:1.6em} ol.nbest li span{color:#666;font-size:.85em}
+table.map tbody tr.clickable{cursor:pointer} table.map tbody tr.chosen th{font-weight:700;text-decoration:underline}
+.explain{margin-top:.5em;border-top:1px dashed #ccc;padding-top:.4em;font-size:.9em} .xhead{font-weight:600}
+table.lookup{border-collapse:collapse;font-size:.9em} table.lookup td,table.lookup th{padding:1px 6px;text-align:right}
+table.lookup td:first-child,table.lookup th:first-child{text-align:left} table.lookup tr.masked{color:#999}
+.wbar{display:inline-block;height:9px;background:#4a7bd0;vertical-align:middle}
 </style></head><body>
 <h1>attnmt serve</h1>
-<div class="muted">Type a sentence, choose the models, and see where each one looks. The API: POST /translator/translate (docs/serve.md).</div>
+<div class="muted">Type a sentence, choose the models, and see where each one looks; click a row of a map to see how that step decided (scores, scaling, softmax, weighted sum). The API: POST /translator/translate and /translator/explain (docs/serve.md).</div>
 <textarea id="src" rows="2" placeholder="a sentence in the source language"></textarea>
 <div class="row">
  <span id="models"></span>
@@ -70,7 +78,8 @@ function lengthTable(test) {
   }
   return t;
 }
-function heatMap(card, att) {
+// onRow(j): what a click on row j does (null: rows are not clickable).
+function heatMap(card, att, onRow) {
   const t = el("table", {class: "map"});
   const head = el("thead"), hr = el("tr"); hr.appendChild(el("th"));
   att.src.forEach((w) => hr.appendChild(el("th", {}, w))); head.appendChild(hr); t.appendChild(head);
@@ -78,6 +87,11 @@ function heatMap(card, att) {
   const hover = card.querySelector(".hover");
   att.weights.forEach((row, j) => {
     const r = el("tr"); r.appendChild(el("th", {}, att.tgt[j]));
+    if (onRow) {
+      r.classList.add("clickable");
+      r.title = "click: how step " + (j + 1) + " decided";
+      r.addEventListener("click", () => { t.querySelectorAll("tr.chosen").forEach((x) => x.classList.remove("chosen")); r.classList.add("chosen"); onRow(j); });
+    }
     row.forEach((w, i) => {
       const shade = Math.round(255 * (1 - Math.min(1, w)));
       const c = el("td", {class: "w", style: "background:rgb(" + shade + "," + shade + ",255)",
@@ -99,11 +113,93 @@ function heatMap(card, att) {
   t.insertBefore(cap, t.firstChild);
   return t;
 }
-function showMap(card, hyp, pieces) {
+// The map of words, or of pieces for a SentencePiece run; a step is explained over the model's own tokens, so the rows
+// of a word map of a subword run are not clickable (its pieces' are).
+function showMap(m, card, hyp, pieces) {
   const box = card.querySelector(".mapbox");
   box.textContent = "";
   const att = pieces && hyp.attention_pieces ? hyp.attention_pieces : hyp.attention;
-  if (att) box.appendChild(heatMap(card, att));
+  const tokens = pieces || !hyp.attention_pieces;
+  if (att) box.appendChild(heatMap(card, att, tokens ? (j) => explainStep(m, card, j + 1, {part: "cross"}) : null));
+  if (att && !tokens) box.appendChild(el("div", {class: "muted"}, "choose pieces to explain a step (the model decides piece by piece)"));
+}
+async function explainStep(m, card, step, opts) {
+  const box = card.querySelector(".explain");
+  const body = {src: $("src").value.trim(), id: m.model_id, beam_size: parseInt($("beam").value), step: step, part: opts.part};
+  if (opts.layer) body.layer = opts.layer;
+  box.textContent = "explaining step " + step + "\u2026";
+  try {
+    const r = await fetch("translator/explain", {method: "POST", headers: Object.assign({"Content-Type": "application/json"}, auth()), body: JSON.stringify(body)});
+    const e = await r.json();
+    box.textContent = "";
+    if (r.status !== 200) { box.appendChild(el("div", {class: "error"}, "HTTP " + r.status + ": " + (e.error || ""))); return; }
+    renderExplain(m, card, e, step);
+  } catch (err) { box.textContent = ""; box.appendChild(el("div", {class: "error"}, String(err))); }
+}
+function selectOf(cls, options, chosen, onChange) {
+  const s = el("select", {class: cls});
+  for (const [v, label] of options) { const o = el("option", {value: String(v)}, label); if (String(v) === String(chosen)) o.selected = true; s.appendChild(o); }
+  s.addEventListener("change", () => onChange(s.value));
+  return s;
+}
+// One step as the lesson computes it: the controls (a self-attention model: which attention, layer, head), the
+// formula, and per key token its score, the scaled score and the weight, then the context.
+function renderExplain(m, card, e, step) {
+  const box = card.querySelector(".explain");
+  const sa = m.self_attention || {};
+  const ctl = el("div", {class: "row muted"});
+  if (sa.encoder || sa.decoder) {
+    const parts = [["cross", "cross-attention"]];
+    if (sa.encoder) parts.push(["encoder", "encoder self-attention"]);
+    if (sa.decoder) parts.push(["decoder", "decoder self-attention"]);
+    ctl.appendChild(selectOf("part", parts, e.part, (v) => explainStep(m, card, v === "encoder" ? 1 : (e.part === "encoder" ? 1 : e.step), {part: v})));
+    if (e.layers > 0) {
+      const layers = []; for (let l = 1; l <= e.layers; ++l) layers.push([l, "layer " + l + " of " + e.layers]);
+      ctl.appendChild(selectOf("layer", layers, e.layer, (v) => explainStep(m, card, e.step, {part: e.part, layer: parseInt(v)})));
+    }
+    if (e.part === "encoder")
+      ctl.appendChild(selectOf("position", e.source.map((w, i) => [i + 1, "source " + (i + 1) + ": " + w]), e.step,
+                               (v) => explainStep(m, card, parseInt(v), {part: "encoder", layer: e.layer})));
+  }
+  const table = el("div");
+  if (e.heads.length > 1) {
+    const heads = e.heads.map((h, i) => [i, "head " + (i + 1) + " of " + e.heads.length]);
+    ctl.appendChild(selectOf("head", heads, 0, (v) => lookupTable(table, e, parseInt(v))));
+  }
+  const what = e.part === "encoder" ? "source position " + e.step + " (\u201c" + e.query_token + "\u201d)"
+             : "step " + e.step + (e.part === "decoder" ? " at \u201c" + e.query_token + "\u201d" : "") + ", which produced \u201c" + e.produced + "\u201d";
+  box.appendChild(el("div", {class: "xhead"}, what + ": " + e.mechanism + (e.layers > 0 ? ", layer " + e.layer : "")));
+  box.appendChild(ctl);
+  box.appendChild(el("div", {}, "query: " + e.query_is));
+  box.appendChild(el("div", {}, e.score));
+  box.appendChild(el("div", {class: "muted"}, e.scaling));
+  box.appendChild(table);
+  lookupTable(table, e, 0);
+}
+function lookupTable(box, e, h) {
+  box.textContent = "";
+  const l = e.heads[h];
+  const t = el("table", {class: "lookup"});
+  const hr = el("tr");
+  for (const c of ["key token", "score", "\u00d7 " + e.scale.toFixed(3), "weight", ""]) hr.appendChild(el("th", {}, c));
+  t.appendChild(hr);
+  l.weights.forEach((w, j) => {
+    const masked = e.masked[j];
+    const r = el("tr", masked ? {class: "masked", title: "hidden by the causal mask: a position sees only itself and earlier ones"} : {});
+    r.appendChild(el("td", {}, e.keys[j]));
+    r.appendChild(el("td", {}, masked ? "masked" : l.scores[j].toFixed(3)));
+    r.appendChild(el("td", {}, masked ? "\u2212\u221e" : l.scaled[j].toFixed(3)));
+    r.appendChild(el("td", {}, w.toFixed(3)));
+    const bar = el("td"); bar.appendChild(el("span", {class: "wbar", style: "width:" + Math.round(80 * w) + "px"})); r.appendChild(bar);
+    t.appendChild(r);
+  });
+  box.appendChild(t);
+  const sum = l.weights.reduce((a, b) => a + b, 0);
+  const norm = Math.sqrt(l.context.reduce((a, b) => a + b * b, 0));
+  const top = l.weights.map((w, j) => [w, j]).sort((a, b) => b[0] - a[0]).slice(0, 3).map(([w, j]) => e.keys[j] + " " + (100 * w).toFixed(1) + "%");
+  box.appendChild(el("div", {class: "muted"}, "softmax: the weights sum to " + sum.toFixed(3) + "; context = \u03a3 weight \u00d7 value (norm " + norm.toFixed(3) +
+                     "), most of it from " + top.join(", ") + (e.heads.length > 1 ? "; the heads' contexts joined and projected back: W_o [c_1; \u2026; c_" + e.heads.length + "]" : "") +
+                     "; formed here from the weights and values, it differs from the forward pass's own by at most " + e.context_check.toExponential(1)));
 }
 function render(m, reply, status) {
   const card = $("out-" + m.model_id);
@@ -129,15 +225,16 @@ function render(m, reply, status) {
     for (const [v, label] of [["words", "words"], ["pieces", "pieces"]]) {
       const lab = el("label"); const r = el("input", {type: "radio", name: "view-" + m.model_id, value: v});
       if (v === "words") r.checked = true;
-      r.addEventListener("change", () => showMap(card, best, v === "pieces"));
+      r.addEventListener("change", () => showMap(m, card, best, v === "pieces"));
       lab.appendChild(r); lab.appendChild(document.createTextNode(" " + label + " ")); sw.appendChild(lab);
     }
     res.appendChild(sw);
   }
   res.appendChild(el("div", {class: "hover"}));
   res.appendChild(el("div", {class: "mapbox"}));
+  res.appendChild(el("div", {class: "explain"}));
   if (!best.attention && m.has_attention === false) res.appendChild(el("div", {class: "muted"}, "attention none: the decoder reads one fixed context vector, so there is no map"));
-  showMap(card, best, false);
+  showMap(m, card, best, false);
 }
 async function translate() {
   const src = $("src").value.trim();
@@ -196,7 +293,16 @@ async function init() {
     if (![...$(k).options].some((o) => o.value === v)) $(k).appendChild(el("option", {}, v));
     $(k).value = v;
   }
-  if (q.get("src")) { $("src").value = q.get("src"); await translate(); document.body.setAttribute("data-done", "1"); }
+  if (q.get("src")) {
+    $("src").value = q.get("src");
+    await translate();
+    // &explain=STEP[&part=cross|encoder|decoder&layer=L]: each chosen model's explanation of that step opens too.
+    const step = parseInt(q.get("explain") || "");
+    if (step > 0)
+      await Promise.all(MODELS.filter((m) => m.has_attention && $("use-" + m.model_id).checked).map((m) =>
+        explainStep(m, $("out-" + m.model_id), step, {part: q.get("part") || "cross", layer: parseInt(q.get("layer") || "0")})));
+    document.body.setAttribute("data-done", "1");
+  }
 }
 init();
 </script></body></html>

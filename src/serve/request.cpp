@@ -1,6 +1,7 @@
 #include "serve/request.h"
 
 #include <algorithm>
+#include <array>
 
 #include <nlohmann/json.hpp>
 
@@ -125,6 +126,43 @@ void read_sentences(const json& req, const ServeLimits& limits, TranslateRequest
 }
 
 }  // namespace
+
+ExplainRequest parse_explain_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models) {
+  if (static_cast<int64_t>(body.size()) > limits.max_request_bytes)
+    throw RequestError{413, "the request has " + std::to_string(body.size()) + " bytes, over the limit of " +
+                                std::to_string(limits.max_request_bytes) + " (--max-request-bytes)"};
+  if (models.empty()) throw RequestError{503, "no model is loaded"};
+  json it;
+  try {
+    it = json::parse(body);
+  } catch (const json::exception& e) {
+    throw RequestError{400, std::string("malformed JSON: ") + e.what()};
+  }
+  if (!it.is_object() || !it.contains("src") || !it["src"].is_string())
+    throw RequestError{400, "the request must be one JSON object {\"src\": \"...\", \"id\": N, \"step\": N}"};
+  static const std::array<const char*, 6> known = {"src", "id", "step", "part", "layer", "beam_size"};
+  for (const auto& [k, v] : it.items())
+    if (std::find_if(known.begin(), known.end(), [&k = k](const char* n) { return k == n; }) == known.end())
+      throw RequestError{400, "unknown key \"" + k + "\" (known: src, id, step, part, layer, beam_size)"};
+  ExplainRequest r;
+  r.model = find_model(it.contains("id") ? it["id"] : json(nullptr), models);
+  const ModelRef& model = models[r.model];
+  if (!model.has_attention) throw RequestError{400, "model " + std::to_string(model.id) + " (attention none) has no attention to explain"};
+  r.beam = int_option(it, "beam_size", std::min(model.default_beam, limits.max_beam), 1, limits.max_beam);
+  r.step = int_option(it, "step", 1, 1, limits.max_tokens + 1);
+  r.layer = int_option(it, "layer", 0, 0, 64);
+  if (it.contains("part")) {
+    if (!it["part"].is_string()) throw RequestError{400, "\"part\" must be a string: cross, encoder or decoder"};
+    r.part = it["part"].get<std::string>();
+    if (r.part != "cross" && r.part != "encoder" && r.part != "decoder")
+      throw RequestError{400, "\"part\" must be cross, encoder or decoder"};
+  }
+  TranslateRequest one;
+  read_sentences(json::array({json{{"src", it["src"]}}}), limits, one);
+  r.src = one.src.at(0);
+  if (count_words(r.src) == 0) throw RequestError{400, "\"src\" is empty"};
+  return r;
+}
 
 TranslateRequest parse_translate_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models) {
   if (static_cast<int64_t>(body.size()) > limits.max_request_bytes)

@@ -47,4 +47,17 @@ struct TranslateRequest {
 // Reads and checks a POST /translator/translate body; throws RequestError on anything wrong.
 TranslateRequest parse_translate_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models);
 
+// POST /translator/explain: one object {"src": "...", "id": N, "step": N, "part": "cross"|"encoder"|"decoder",
+// "layer": N, "beam_size": N} (all but src optional): one attention step of the model's translation of src explained
+// (translate/explain.h).
+struct ExplainRequest {
+  size_t model = 0;
+  std::string src;
+  int beam = 1;
+  int step = 1;
+  int layer = 0;  // 0: the last
+  std::string part = "cross";
+};
+ExplainRequest parse_explain_request(const std::string& body, const ServeLimits& limits, const std::vector<ModelRef>& models);
+
 }  // namespace attnmt

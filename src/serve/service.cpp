@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "eval/bleu.h"
 #include "run/run_dir.h"
 #include "translate/alignment.h"
+#include "translate/explain.h"
 #include "translate/translator.h"
 
 namespace attnmt {
@@ -45,6 +47,9 @@ struct Job {
   JobOptions opt;
   std::promise<std::vector<std::vector<Translation>>> done;
   std::atomic<bool> abandoned{false};  // the request timed out: skip it
+  // Something else the model does for a request (an explanation), run alone on the worker's thread; it answers its
+  // own promise. Lines: its sentence, counted in the queue like a translation's.
+  std::function<void(LoadedRun&)> task;
 };
 
 }  // namespace serve_detail
@@ -67,6 +72,8 @@ class TranslationService::Worker {
              {"model", describe_model(run_.cfg.model)},
              {"attention", to_string(run_.cfg.model.attention.type)},
              {"has_attention", run_.model->decoder->has_attention()},
+             {"self_attention",  // which stacks are self-attention layers (the page's explanation offers their layers)
+              {{"encoder", run_.model->encoder->is_self_attention()}, {"decoder", run_.model->decoder->is_self_attention()}}},
              {"tokenizer", run_.cfg.data.tokenizer},
              {"subword", run_.tok.subword()},
              {"beam_size", run_.cfg.eval.beam_size},
@@ -122,33 +129,51 @@ class TranslationService::Worker {
 
  private:
   void loop() {
+    std::shared_ptr<Job> task;
     for (;;) {
       std::vector<std::shared_ptr<Job>> group;
       {
         std::unique_lock<std::mutex> g(m_);
         cv_.wait(g, [&] { return !q_.empty() || stopping_; });
         if (q_.empty()) return;  // stopping, and everything queued was answered
-        int64_t n = 0;
-        const JobOptions first = q_.front()->opt;
-        for (auto it = q_.begin(); it != q_.end();) {
-          const int64_t k = static_cast<int64_t>((*it)->lines.size());
-          if ((*it)->abandoned) {
-            queued_ -= k;
-            it = q_.erase(it);
-          } else if ((*it)->opt.same_search(first) && (group.empty() || n + k <= cfg_.max_batch)) {
-            n += k;
-            queued_ -= k;
-            group.push_back(*it);
-            it = q_.erase(it);
-          } else {
-            ++it;
-          }
-          if (n >= cfg_.max_batch) break;
+        if (q_.front()->task) {  // alone, in its turn
+          task = q_.front();
+          q_.pop_front();
+          queued_ -= static_cast<int64_t>(task->lines.size());
+        } else {
+          take_group(group);
         }
+      }
+      if (task) {
+        if (!task->abandoned) task->task(run_);
+        task.reset();
+        continue;
       }
       group.erase(std::remove_if(group.begin(), group.end(), [this](const std::shared_ptr<Job>& j) { return !admit(*j); }),
                   group.end());
       if (!group.empty()) decode(group);
+    }
+  }
+
+  // Under m_: the oldest translation and every other waiting one with the same search, up to max_batch sentences, out
+  // of the queue (abandoned ones dropped on the way; tasks stay for their turn).
+  void take_group(std::vector<std::shared_ptr<Job>>& group) {
+    int64_t n = 0;
+    const JobOptions first = q_.front()->opt;
+    for (auto it = q_.begin(); it != q_.end();) {
+      const int64_t k = static_cast<int64_t>((*it)->lines.size());
+      if ((*it)->abandoned) {
+        queued_ -= k;
+        it = q_.erase(it);
+      } else if (!(*it)->task && (*it)->opt.same_search(first) && (group.empty() || n + k <= cfg_.max_batch)) {
+        n += k;
+        queued_ -= k;
+        group.push_back(*it);
+        it = q_.erase(it);
+      } else {
+        ++it;
+      }
+      if (n >= cfg_.max_batch) break;
     }
   }
 
@@ -334,6 +359,53 @@ ApiReply TranslationService::translate(const std::string& body) {
     refused_.fetch_add(1);
     spdlog::error("translate: {}", e.what());
     return api_error(500, std::string("internal error: ") + e.what());
+  }
+}
+
+ApiReply TranslationService::explain(const std::string& body) {
+  requests_.fetch_add(1);
+  try {
+    const ExplainRequest req = parse_explain_request(body, cfg_.limits, refs_);
+    Worker* w = workers_[req.model].get();
+    auto job = std::make_shared<Job>();
+    job->lines = {req.src};
+    auto answer = std::make_shared<std::promise<ApiReply>>();
+    auto fut = answer->get_future();
+    const ServeLimits limits = cfg_.limits;
+    job->task = [req, limits, answer](LoadedRun& run) {
+      ApiReply reply;
+      try {
+        const std::vector<std::string> tokens = Translator(run, {}).tokenize({req.src}).at(0);
+        if (static_cast<int64_t>(tokens.size()) > limits.max_tokens)
+          throw RequestError{413, std::to_string(tokens.size()) + " tokens after tokenization, over the limit of " +
+                                      std::to_string(limits.max_tokens) + " (--max-tokens)"};
+        ExplainOptions o;
+        o.step = req.step;
+        o.beam = req.beam;
+        o.part = req.part;
+        o.layer = req.layer;
+        reply = {200, explanation_json(explain_step(run, req.src, o))};
+      } catch (const RequestError& r) {
+        reply = api_error(r.status, r.message);
+      } catch (const UsageError& e) {  // a step past the translation, a part or layer the model lacks
+        reply = api_error(400, e.what());
+      } catch (const std::exception& e) {
+        spdlog::error("explain: {}", e.what());
+        reply = api_error(500, std::string("internal error: ") + e.what());
+      }
+      answer->set_value(std::move(reply));
+    };
+    w->submit(job);
+    if (fut.wait_for(std::chrono::duration<double>(cfg_.limits.timeout_s)) != std::future_status::ready) {
+      job->abandoned = true;
+      throw RequestError{503, "not explained within " + fmt::format("{:g}", cfg_.limits.timeout_s) + " s (--timeout); the server is overloaded"};
+    }
+    ApiReply reply = fut.get();
+    if (reply.status != 200) refused_.fetch_add(1);
+    return reply;
+  } catch (const RequestError& r) {
+    refused_.fetch_add(1);
+    return api_error(r.status, r.message);
   }
 }
 

@@ -45,6 +45,9 @@ class TranslationService {
   // POST /translator/translate: body [{"src": "...", "id": 100, ...options}, ...] (see docs/serve.md). Thread-safe;
   // blocks until the sentences are decoded, the time limit passes or the service stops.
   ApiReply translate(const std::string& body);
+  // POST /translator/explain: one attention step of the model's translation (serve/request.h's ExplainRequest), on the
+  // model's worker thread in its turn; the JSON of `attnmt explain --format json`.
+  ApiReply explain(const std::string& body);
   nlohmann::json models() const;  // GET /models: one object per run
   nlohmann::json health() const;  // GET /health
   ServeStats stats() const;

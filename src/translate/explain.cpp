@@ -71,31 +71,33 @@ void describe(const AttentionConfig& a, StepExplanation* e) {
                                    : "s_{t-1}, the decoder's previous state";
 }
 
-// The step to explain (0-based) among the translation's steps (its tokens and the <eos> step).
-int64_t chosen_step(const std::vector<std::string>& target, const ExplainOptions& opt) {
-  const int64_t steps = static_cast<int64_t>(target.size()) + 1;
+// The position to explain (0-based) among `positions` of tokens (a translation's steps: its tokens and the <eos> step;
+// a source: its tokens). what: "the translation", "the source".
+int64_t chosen_position(const std::vector<std::string>& tokens, int64_t positions, const ExplainOptions& opt, const std::string& what) {
   if (!opt.word.empty()) {
-    const auto it = std::find(target.begin(), target.end(), opt.word);
-    if (it == target.end()) throw UsageError("explain: the translation has no word '" + opt.word + "'");
-    return it - target.begin();
+    const auto it = std::find(tokens.begin(), tokens.end(), opt.word);
+    if (it == tokens.end()) throw UsageError("explain: " + what + " has no word '" + opt.word + "'");
+    return it - tokens.begin();
   }
   const int64_t step = opt.step == 0 ? 1 : opt.step;
-  if (step < 1 || step > steps)
-    throw UsageError("explain: --step must be between 1 and " + std::to_string(steps) + " (the translation has " +
-                     std::to_string(target.size()) + " tokens, and one more step ends it), got " + std::to_string(step));
+  if (step < 1 || step > positions)
+    throw UsageError("explain: --step must be between 1 and " + std::to_string(positions) + " (" + what + " has " +
+                     std::to_string(tokens.size()) + " tokens" + (positions > static_cast<int64_t>(tokens.size()) ? ", and one more step ends it" : "") +
+                     "), got " + std::to_string(step));
   return step - 1;
 }
 
 // The heads of an observed call: its scores, weights and the weighted sums of its values, in double.
-void lookups(const ObservedCall& c, AttentionImpl* mechanism, StepExplanation* e) {
+// row: the query position within the call (0 for one RNN step).
+void lookups(const ObservedCall& c, AttentionImpl* mechanism, int64_t row, StepExplanation* e) {
   const bool multi = c.out.head_weights.defined();
   const int64_t H = multi ? c.out.head_weights.size(1) : 1;
   e->scale = mechanism->score_scale();
   std::vector<torch::Tensor> head_contexts;
   for (int64_t h = 0; h < H; ++h) {
     HeadLookup l;
-    const torch::Tensor w = multi ? c.out.head_weights[0][h][0] : c.out.weights[0][0];  // [S]
-    const torch::Tensor sc = multi ? c.out.scores[0][h][0] : c.out.scores[0][0];
+    const torch::Tensor w = multi ? c.out.head_weights[0][h][row] : c.out.weights[0][row];  // [S]
+    const torch::Tensor sc = multi ? c.out.scores[0][h][row] : c.out.scores[0][row];
     const torch::Tensor values = multi ? c.mem.values[0][h] : c.mem.values[0];  // [S, V]
     l.weights = host_doubles(w);
     l.scaled = host_doubles(sc);
@@ -111,33 +113,20 @@ void lookups(const ObservedCall& c, AttentionImpl* mechanism, StepExplanation* e
     const torch::Tensor joined = torch::stack(head_contexts).to(c.out.context.scalar_type()).to(c.out.context.device());
     formed = host_doubles(mechanism->join_heads(joined.view({1, H, 1, -1})));
   }
-  e->context = host_doubles(c.out.context);
+  e->context = host_doubles(c.out.context[0][row]);
+  e->query = host_doubles(c.query[0][row]);
+  e->masked.assign(e->heads[0].weights.size(), false);
+  if (c.mem.mask.defined() && c.mem.mask.dim() == 3) {  // a self-attention decoder's own mask [B, T, S]
+    const std::vector<double> visible = host_doubles(c.mem.mask[0][row]);
+    for (size_t j = 0; j < visible.size() && j < e->masked.size(); ++j) e->masked[j] = visible[j] == 0;
+  }
   e->context_check = largest_difference(e->context, formed);
 }
 
-}  // namespace
 
-StepExplanation explain_step(LoadedRun& run, const std::string& sentence, const ExplainOptions& opt) {
-  if (run.model->decoder->is_self_attention())
-    throw UsageError("explain: this run's decoder is a stack of self-attention layers; explain covers RNN decoders "
-                     "(bahdanau, luong, scaled_dot, none) for now");
-  StepExplanation e;
-  const AttentionConfig& a = run.cfg.model.attention;
-  e.mechanism = attention_traits(a).label;
-  describe(a, &e);
-  const Translator translator(run, search_options(run.cfg.eval, opt.beam));
-  const std::vector<std::vector<std::string>> src = translator.tokenize({sentence});
-  if (src.at(0).empty()) throw UsageError("explain: --src is empty");
-  const Translation t = translator.nbest_tokens(src).at(0).at(0);
-  e.source = t.src_tokens;
-  e.target = t.tgt_tokens;
-  const int64_t step = chosen_step(e.target, opt);
-  e.step = step + 1;
-  e.produced = step < static_cast<int64_t>(e.target.size()) ? e.target[static_cast<size_t>(step)] : "<eos>";
-
-  // The decoder forced along its own translation up to the step, as the search ran it.
-  torch::NoGradGuard ng;
-  const ScopedAttentionMaps maps(true);
+// The RNN decoder's attention at one step: the decoder forced along its own translation up to the step, as the
+// search ran it, one step at a time.
+void explain_rnn_step(LoadedRun& run, int64_t step, StepExplanation& e) {
   const std::vector<std::vector<int64_t>> ids = {run.src_vocab.encode(e.source)};
   const std::vector<int64_t> tgt = run.tgt_vocab.encode(e.target);
   Seq2Seq& model = run.model;
@@ -155,13 +144,109 @@ StepExplanation explain_step(LoadedRun& run, const std::string& sentence, const 
   }
   if (mechanism == nullptr) {  // none: the fixed context, the same at every step
     e.context = host_doubles(state.fixed);
-    return e;
+    return;
   }
   const ObservedCall& c = observer.call();
   TORCH_CHECK(c.out.weights.defined() || c.out.head_weights.defined(), "explain: the attention step was not observed");
-  e.query = host_doubles(c.query);
-  lookups(c, mechanism, &e);
+  lookups(c, mechanism, 0, &e);
+}
+
+// The multi-head attention of a self-attention stack's layer that opt names (the encoder's or the decoder's own, or a
+// self-attention decoder's cross-attention); sets e.layer and e.layers.
+AttentionImpl* stack_attention(Seq2Seq& model, const ExplainOptions& opt, StepExplanation& e) {
+  const bool encoder = opt.part == "encoder";
+  if (encoder ? !model->encoder->is_self_attention() : !model->decoder->is_self_attention())
+    throw UsageError(std::string("explain: --part ") + opt.part + " needs a self-attention " + (encoder ? "encoder" : "decoder") +
+                     " (model." + (encoder ? "encoder" : "decoder") + ".type self_attention); this run's is recurrent");
+  e.layers = encoder ? static_cast<int64_t>(model->encoder->self_attention_stack()->layers().size())
+                     : static_cast<int64_t>(model->decoder->self_attention_stack()->layers().size());
+  e.layer = opt.layer == 0 ? e.layers : opt.layer;
+  if (e.layer < 1 || e.layer > e.layers)
+    throw UsageError("explain: --layer must be between 1 and " + std::to_string(e.layers) + ", got " + std::to_string(opt.layer));
+  const size_t l = static_cast<size_t>(e.layer - 1);
+  if (encoder) return model->encoder->self_attention_stack()->layers()[l]->self_attn.get();
+  const DecoderLayer& layer = model->decoder->self_attention_stack()->layers()[l];
+  return opt.part == "decoder" ? layer->self_attn.get() : layer->cross_attn.get();
+}
+
+// A self-attention stack's attention at one position: the model run once over the source and <bos> + its translation
+// (teacher-forced, as training runs it; incremental decoding computes the same rows), the layer's call observed.
+void explain_stack_position(LoadedRun& run, const ExplainOptions& opt, int64_t row, StepExplanation& e) {
+  Seq2Seq& model = run.model;
+  AttentionImpl* mechanism = stack_attention(model, opt, e);
+  std::vector<int64_t> tgt_in = {kBosId};
+  for (int64_t id : run.tgt_vocab.encode(e.target)) tgt_in.push_back(id);
+  const Batch batch = make_src_batch({run.src_vocab.encode(e.source)}, {0}).to(run.device);
+  const torch::Tensor tgt = torch::tensor(tgt_in, torch::kLong).unsqueeze(0).to(run.device);
+  const StepObserver observer(mechanism, 0);
+  model->forward(batch.src, batch.src_len, batch.src_mask, tgt);
+  const ObservedCall& c = observer.call();
+  TORCH_CHECK(c.out.head_weights.defined(), "explain: the layer's attention was not observed");
+  lookups(c, mechanism, row, &e);
+}
+
+// The lesson's words for a self-attention stack's own attention (the cross-attention's are its type's).
+void describe_self_attention(const std::string& part, StepExplanation* e) {
+  const bool decoder = part == "decoder";
+  e->mechanism = decoder ? "decoder self-attention (causal)" : "encoder self-attention";
+  e->score_formula = "score(x_t, x_j) = (W_q x_t) . (W_k x_j) per head, scaled by 1/sqrt(d): queries, keys and values from "
+                     "one sequence";
+  e->scale_reason = "scaled by 1/sqrt(d): a dot product of d terms grows like sqrt(d); unscaled, large scores would make "
+                    "the softmax nearly one-hot, where its gradients vanish";
+  e->query_is = decoder ? "x_t, target position t after the layer norm; it sees positions <= t only (the causal mask)"
+                        : "x_t, source position t after the layer norm; it sees every source position";
+}
+
+}  // namespace
+
+StepExplanation explain_step(LoadedRun& run, const std::string& sentence, const ExplainOptions& opt) {
+  if (opt.part != "cross" && opt.part != "encoder" && opt.part != "decoder")
+    throw UsageError("explain: --part must be cross, encoder or decoder, got '" + opt.part + "'");
+  const bool stack = opt.part != "cross" || run.model->decoder->is_self_attention();
+  if (!stack && opt.layer > 1)
+    throw UsageError("explain: --layer applies to self-attention stacks; this run's decoder has one attention");
+  StepExplanation e;
+  e.part = opt.part;
+  const AttentionConfig& a = run.cfg.model.attention;
+  e.mechanism = attention_traits(a).label;
+  describe(a, &e);
+  if (opt.part != "cross") describe_self_attention(opt.part, &e);
+  const Translator translator(run, search_options(run.cfg.eval, opt.beam));
+  const std::vector<std::vector<std::string>> src = translator.tokenize({sentence});
+  if (src.at(0).empty()) throw UsageError("explain: --src is empty");
+  const Translation t = translator.nbest_tokens(src).at(0).at(0);
+  e.source = t.src_tokens;
+  e.target = t.tgt_tokens;
+  const bool over_source = opt.part == "encoder";
+  const int64_t pos = over_source ? chosen_position(e.source, static_cast<int64_t>(e.source.size()), opt, "the source")
+                                  : chosen_position(e.target, static_cast<int64_t>(e.target.size()) + 1, opt, "the translation");
+  e.step = pos + 1;
+  e.produced = over_source ? "" : pos < static_cast<int64_t>(e.target.size()) ? e.target[static_cast<size_t>(pos)] : "<eos>";
+  if (opt.part == "decoder") {
+    e.keys = {"<bos>"};
+    e.keys.insert(e.keys.end(), e.target.begin(), e.target.end());
+  } else {
+    e.keys = e.source;
+  }
+  if (over_source) e.query_token = e.source[static_cast<size_t>(pos)];
+  if (opt.part == "decoder") e.query_token = e.keys[static_cast<size_t>(pos)];
+
+  torch::NoGradGuard ng;
+  const ScopedAttentionMaps maps(true);
+  if (stack) explain_stack_position(run, opt, pos, e);
+  else explain_rnn_step(run, pos, e);
   return e;
+}
+
+nlohmann::json explanation_json(const StepExplanation& e) {
+  nlohmann::json heads = nlohmann::json::array();
+  for (const auto& h : e.heads)
+    heads.push_back({{"scores", h.scores}, {"scaled", h.scaled}, {"weights", h.weights}, {"context", h.context}});
+  return {{"mechanism", e.mechanism}, {"score", e.score_formula}, {"query_is", e.query_is}, {"scaling", e.scale_reason},
+          {"source", e.source},       {"target", e.target},      {"part", e.part},         {"layer", e.layer},
+          {"layers", e.layers},       {"keys", e.keys},          {"masked", e.masked},     {"query_token", e.query_token},
+          {"step", e.step},           {"produced", e.produced},  {"query", e.query},       {"scale", e.scale},
+          {"heads", heads},           {"context", e.context},    {"context_check", e.context_check}};
 }
 
 WorkedExample worked_example() {
