@@ -37,14 +37,21 @@ std::string vec(const std::vector<double>& v, size_t shown = 6) {
   return s + "]" + (v.size() > shown ? "  norm " + fixed3(norm(v)) : "");
 }
 
+// w followed by spaces up to `width` characters (UTF-8: a character is a byte that does not continue another).
+std::string padded(const std::string& w, size_t width) {
+  size_t chars = 0;
+  for (unsigned char c : w) chars += (c & 0xC0) != 0x80;
+  return w + std::string(chars < width ? width - chars : 0, ' ');
+}
+
 // One head's lookup as the lesson's steps, one line per key token (a masked one says so: its score plays no part), the
 // largest weights named last.
 void print_lookup(const HeadLookup& l, const std::vector<std::string>& source, const std::vector<bool>& masked, double scale,
                   const std::string& indent) {
-  std::printf("%s%-16s %10s %10s %10s\n", indent.c_str(), "key token", "score", "x scale", "weight");
+  std::printf("%s%s %10s %10s %10s\n", indent.c_str(), padded("key token", 16).c_str(), "score", "x scale", "weight");
   for (size_t s = 0; s < l.weights.size(); ++s) {
     const bool hidden = s < masked.size() && masked[s];
-    std::printf("%s%-16s %10s %10s %10s\n", indent.c_str(), s < source.size() ? source[s].c_str() : "?",
+    std::printf("%s%s %10s %10s %10s\n", indent.c_str(), padded(s < source.size() ? source[s] : "?", 16).c_str(),
                 hidden ? "masked" : fixed3(l.scores[s]).c_str(), hidden ? "-inf" : fixed3(l.scaled[s]).c_str(),
                 fixed3(l.weights[s]).c_str());
   }

@@ -172,6 +172,15 @@ TEST(Explain, SelfAttentionLayersAndHeadsAreTheirForwardPass) {
           mean[j] += h.weights[j] / static_cast<double>(e.heads.size());
         }
         EXPECT_NEAR(std::accumulate(h.weights.begin(), h.weights.end(), 0.0), 1.0, 1e-6) << at;
+        // The head's whole map: one row per query position, the explained row among them, the decoder's a triangle.
+        ASSERT_EQ(h.map.size(), e.rows.size()) << at;
+        ASSERT_EQ(h.map.size(), part == "encoder" ? e.source.size() : length + 1) << at;
+        for (size_t q = 0; q < h.map.size(); ++q) {
+          ASSERT_EQ(h.map[q].size(), keys) << at;
+          for (size_t j = q + 1; part == "decoder" && j < keys; ++j) EXPECT_EQ(h.map[q][j], 0.0) << at << " " << q << "," << j;
+        }
+        const auto& row = h.map[static_cast<size_t>(e.step - 1)];
+        for (size_t j = 0; j < keys; ++j) EXPECT_DOUBLE_EQ(row[j], h.weights[j]) << at;
       }
       if (part == "cross" && layer == 2) {  // the map of `attention`: the last layer's cross-attention, mean of heads
         const auto maps = forced_attention(run, {e.source}, {e.target});

@@ -8,6 +8,7 @@
 #include "common/errors.h"
 #include "data/vocab.h"
 #include "run/loaded_run.h"
+#include "run/run_dir.h"
 #include "translate/search.h"
 #include "kernels/mode.h"
 #include "model/checkpoint.h"
@@ -483,4 +484,45 @@ TEST(SelfAttention, LayersKeepTheCheckpointsParameterNamesAndOrder) {
   decoder->eval();
   EXPECT_FALSE(layer->drop->is_training());
   EXPECT_FALSE(decoder->layers().at(0)->drop->is_training());
+}
+
+// Training snapshots of a self-attention model: beside the cross-attention, each stack's last layer (the mean of its
+// heads), square, rows summing to one; the decoder's exactly zero above the diagonal (the causal triangle); the page
+// shows both.
+TEST(SelfAttention, SnapshotsShowTheStacksLastLayers) {
+  Config c = sa_config(test::temp_dir("sa_snapshots"));
+  c.train.max_steps = 8;
+  c.train.snapshot_sentences = 2;
+  validate(c);
+  train(c, {}, torch::kCPU);
+  const RunDir dir(c.run_dir);
+  const auto files = dir.progress_snapshots();
+  ASSERT_GE(files.size(), 1u);
+  const nlohmann::json j = read_json_file(files.back());
+  ASSERT_EQ(j.at("sentences").size(), 2u);
+  for (const auto& s : j.at("sentences")) {
+    const size_t S = s.at("src_tokens").size(), T = s.at("tgt_tokens").size();
+    for (const char* side : {"encoder_self", "decoder_self"}) {
+      ASSERT_TRUE(s.contains(side)) << side;
+      const auto& m = s.at(side);
+      const size_t n = std::string(side) == "encoder_self" ? S : T;
+      ASSERT_EQ(m.at("tokens").size(), n) << side;
+      const auto w = m.at("weights").get<std::vector<std::vector<double>>>();
+      ASSERT_EQ(w.size(), n) << side;
+      for (size_t q = 0; q < n; ++q) {
+        ASSERT_EQ(w[q].size(), n) << side;
+        double sum = 0;
+        for (size_t k = 0; k < n; ++k) {
+          sum += w[q][k];
+          if (std::string(side) == "decoder_self" && k > q) EXPECT_EQ(w[q][k], 0.0) << side << " " << q << "," << k;
+        }
+        EXPECT_NEAR(sum, 1.0, 1e-4) << side << " row " << q;
+      }
+    }
+    EXPECT_EQ(s.at("decoder_self").at("tokens")[0], "<bos>");
+    EXPECT_EQ(s.at("decoder_self").at("layer"), "decoder layer 2 of 2");
+  }
+  const std::string page = test::read_file(dir.progress_index());
+  EXPECT_NE(page.find("self-attention, encoder layer 2 of 2"), std::string::npos);
+  EXPECT_NE(page.find("self-attention, decoder layer 2 of 2"), std::string::npos);
 }

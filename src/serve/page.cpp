@@ -78,8 +78,8 @@ function lengthTable(test) {
   }
   return t;
 }
-// onRow(j): what a click on row j does (null: rows are not clickable).
-function heatMap(card, att, onRow) {
+// onRow(j): what a click on row j does (null: rows are not clickable); axes: what rows and columns are.
+function heatMap(card, att, onRow, axes) {
   const t = el("table", {class: "map"});
   const head = el("thead"), hr = el("tr"); hr.appendChild(el("th"));
   att.src.forEach((w) => hr.appendChild(el("th", {}, w))); head.appendChild(hr); t.appendChild(head);
@@ -104,7 +104,7 @@ function heatMap(card, att, onRow) {
   });
   t.appendChild(body);
   // Axis titles and the colour scale: what a row, a column and a shade mean.
-  const cap = el("caption", {class: "muted"}, "rows: the translation, token by token \u2193 \u00b7 columns: the source \u2192 \u00b7 shade: attention weight ");
+  const cap = el("caption", {class: "muted"}, (axes || "rows: the translation, token by token \u2193 \u00b7 columns: the source \u2192") + " \u00b7 shade: attention weight ");
   const scale = el("span", {class: "scale"});
   scale.appendChild(el("span", {}, "0 "));
   scale.appendChild(el("span", {class: "ramp"}));
@@ -194,6 +194,16 @@ function lookupTable(box, e, h) {
     t.appendChild(r);
   });
   box.appendChild(t);
+  if (l.map && l.map.length > 1) {  // the layer's whole map for this head (the decoder's: the causal triangle); a row click explains it
+    const part = e.part, layer = e.layer, card = box.closest(".card");
+    const m = MODELS.find((x) => "out-" + x.model_id === card.id);
+    const map = heatMap(card, {src: e.keys, tgt: e.rows, weights: l.map}, (j) => explainStep(m, card, j + 1, {part: part, layer: layer}),
+                        "this head at every position (click a row) \u00b7 rows: queries \u2193 \u00b7 columns: keys \u2192");
+    map.classList.add("layermap");
+    const chosen = map.querySelectorAll("tbody tr")[e.step - 1];
+    if (chosen) chosen.classList.add("chosen");
+    box.appendChild(map);
+  }
   const sum = l.weights.reduce((a, b) => a + b, 0);
   const norm = Math.sqrt(l.context.reduce((a, b) => a + b * b, 0));
   const top = l.weights.map((w, j) => [w, j]).sort((a, b) => b[0] - a[0]).slice(0, 3).map(([w, j]) => e.keys[j] + " " + (100 * w).toFixed(1) + "%");

@@ -9,6 +9,21 @@
 
 namespace attnmt {
 
+namespace {
+// Sentence k's map of a self-attention layer, w [B, L, L], over its first tokens.size() positions (queries and keys).
+AttentionMap self_map(const HostTensor& w, size_t k, const std::vector<std::string>& tokens, const std::string& label) {
+  AttentionMap m;
+  m.self_attention = label;
+  m.src_tokens = m.tgt_tokens = tokens;
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  for (int64_t q = 0; q < n; ++q) {
+    const int64_t at = (static_cast<int64_t>(k) * w.size(1) + q) * w.size(2);
+    m.weights.push_back(w.values<float>(at, at + n));
+  }
+  return m;
+}
+}  // namespace
+
 AttentionSnapshots::AttentionSnapshots(const RunData& data, int n) : data_(data) {
   if (n <= 0 || data.valid.empty()) return;
   std::vector<int64_t> by_length(data.valid.size());
@@ -41,7 +56,14 @@ void AttentionSnapshots::write(Seq2Seq& model, const RunDir& dir, int64_t step, 
     torch::NoGradGuard ng;
     model->eval();
     const Batch b = make_batch(data_.valid, rows_).to(device);
-    const HostTensor w = to_host(model->forward(b.src, b.src_len, b.src_mask, b.tgt_in).weights, torch::kFloat);  // [B, T, S]
+    const Seq2SeqOutput out = model->forward(b.src, b.src_len, b.src_mask, b.tgt_in);
+    const HostTensor w = to_host(out.weights, torch::kFloat);  // [B, T, S]
+    // A self-attention stack's last layer, the mean of its heads: [B, L, L]
+    auto last_layer = [](const std::vector<torch::Tensor>& layers) {
+      return layers.empty() ? HostTensor() : to_host(layers.back().mean(1), torch::kFloat);
+    };
+    const HostTensor enc_self = last_layer(out.encoder_self_weights), dec_self = last_layer(out.decoder_self_weights);
+    const std::string layers_e = std::to_string(out.encoder_self_weights.size()), layers_d = std::to_string(out.decoder_self_weights.size());
     model->train();
     for (size_t k = 0; k < rows_.size(); ++k) {
       const EncodedPair& e = data_.valid[static_cast<size_t>(rows_[k])];
@@ -53,6 +75,13 @@ void AttentionSnapshots::write(Seq2Seq& model, const RunDir& dir, int64_t step, 
       for (size_t j = 0; j < e.tgt.size(); ++j) {  // target tokens (the <eos> step left out) x real source positions
         const int64_t at = (static_cast<int64_t>(k) * w.size(1) + static_cast<int64_t>(j)) * w.size(2);
         m.weights.push_back(w.values<float>(at, at + static_cast<int64_t>(e.src.size())));
+      }
+      if (enc_self.defined())
+        snap.encoder_self.push_back(self_map(enc_self, k, m.src_tokens, "encoder layer " + layers_e + " of " + layers_e));
+      if (dec_self.defined()) {
+        std::vector<std::string> inputs = {"<bos>"};  // what each decoder position reads: <bos>, then the reference
+        inputs.insert(inputs.end(), m.tgt_tokens.begin(), m.tgt_tokens.end() - (m.tgt_tokens.empty() ? 0 : 1));
+        snap.decoder_self.push_back(self_map(dec_self, k, inputs, "decoder layer " + layers_d + " of " + layers_d));
       }
       snap.maps.push_back(std::move(m));
     }

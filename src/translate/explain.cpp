@@ -104,6 +104,10 @@ void lookups(const ObservedCall& c, AttentionImpl* mechanism, int64_t row, StepE
     // The forward pass keeps the scores as the softmax takes them (scaled, for scaled dot-product).
     for (double s : l.scaled) l.scores.push_back(e->scale != 0 ? s / e->scale : s);
     l.context = weighted_sum(l.weights, values);
+    if (multi && c.out.head_weights.size(2) > 1) {  // a whole pass: every query position's row
+      const torch::Tensor all = c.out.head_weights[0][h];  // [T, S]
+      for (int64_t t = 0; t < all.size(0); ++t) l.map.push_back(host_doubles(all[t]));
+    }
     head_contexts.push_back(torch::tensor(l.context, torch::kDouble));
     e->heads.push_back(std::move(l));
   }
@@ -228,6 +232,14 @@ StepExplanation explain_step(LoadedRun& run, const std::string& sentence, const 
   } else {
     e.keys = e.source;
   }
+  if (stack) {  // the rows of the layer's map: the query positions
+    if (opt.part == "encoder") e.rows = e.source;
+    else if (opt.part == "decoder") e.rows = e.keys;
+    else {
+      e.rows = e.target;
+      e.rows.push_back("<eos>");
+    }
+  }
   if (over_source) e.query_token = e.source[static_cast<size_t>(pos)];
   if (opt.part == "decoder") e.query_token = e.keys[static_cast<size_t>(pos)];
 
@@ -241,10 +253,10 @@ StepExplanation explain_step(LoadedRun& run, const std::string& sentence, const 
 nlohmann::json explanation_json(const StepExplanation& e) {
   nlohmann::json heads = nlohmann::json::array();
   for (const auto& h : e.heads)
-    heads.push_back({{"scores", h.scores}, {"scaled", h.scaled}, {"weights", h.weights}, {"context", h.context}});
+    heads.push_back({{"scores", h.scores}, {"scaled", h.scaled}, {"weights", h.weights}, {"context", h.context}, {"map", h.map}});
   return {{"mechanism", e.mechanism}, {"score", e.score_formula}, {"query_is", e.query_is}, {"scaling", e.scale_reason},
           {"source", e.source},       {"target", e.target},      {"part", e.part},         {"layer", e.layer},
-          {"layers", e.layers},       {"keys", e.keys},          {"masked", e.masked},     {"query_token", e.query_token},
+          {"layers", e.layers},       {"keys", e.keys},          {"masked", e.masked},     {"query_token", e.query_token}, {"rows", e.rows},
           {"step", e.step},           {"produced", e.produced},  {"query", e.query},       {"scale", e.scale},
           {"heads", heads},           {"context", e.context},    {"context_check", e.context_check}};
 }

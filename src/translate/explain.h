@@ -31,6 +31,9 @@ struct HeadLookup {
   std::vector<double> scaled;   // the scores times the scale: what the softmax takes
   std::vector<double> weights;  // softmax(scaled): sum to one
   std::vector<double> context;  // sum over source tokens of weight x value (this head's values)
+  // A self-attention stack's layer: this head's weights for every query position of the pass [positions][keys] (the
+  // row explained among them; the decoder's own: the causal triangle). Empty for an RNN decoder's one step.
+  std::vector<std::vector<double>> map;
 };
 
 struct StepExplanation {
@@ -44,6 +47,7 @@ struct StepExplanation {
   std::vector<std::string> keys;  // the tokens the query is compared with: the source, or <bos> and the translation
   std::vector<bool> masked;       // per key: hidden by the causal mask (weight exactly 0; its score plays no part)
   std::string query_token;        // the token at the querying position (self-attention parts: the query's own)
+  std::vector<std::string> rows;  // with HeadLookup::map: the query positions' tokens (cross: each step's output)
   int64_t step = 0;            // 1-based (part encoder: the source position)
   std::string produced;        // the token the model produced at that step (<eos> after the last)
   std::vector<double> query;   // the decoder state that queried

@@ -9,7 +9,8 @@ namespace {
 const char* kStyle =
     "<style>body{font-family:sans-serif;margin:2em;max-width:1400px}section{border-top:1px solid #ccc;margin:1.5em 0;"
     "padding-top:1em}.src{color:#333}.tgt{color:#08306b}input[type=range]{width:min(600px,90%)}.step{font-weight:bold}"
-    ".frame{display:none}.frame.on{display:block}</style>";
+    ".frame{display:none}.frame.on{display:flex;flex-wrap:wrap;gap:1em;align-items:flex-start}figure.self{margin:0}"
+    "figcaption{font-size:.85em;color:#555}</style>";
 
 // Each inline SVG gets its own ids: several SVGs in one page must not share the colour scale's gradient id.
 std::string unique_ids(std::string svg, const std::string& suffix) {
@@ -23,11 +24,27 @@ std::string unique_ids(std::string svg, const std::string& suffix) {
 }
 }  // namespace
 
+namespace {
+nlohmann::json self_json(const AttentionMap& m) { return {{"layer", m.self_attention}, {"tokens", m.src_tokens}, {"weights", m.weights}}; }
+AttentionMap self_from_json(const nlohmann::json& j) {
+  AttentionMap m;
+  m.self_attention = j.at("layer").get<std::string>();
+  m.src_tokens = m.tgt_tokens = j.at("tokens").get<std::vector<std::string>>();
+  m.weights = j.at("weights").get<std::vector<std::vector<float>>>();
+  return m;
+}
+}  // namespace
+
 nlohmann::json progress_snapshot_json(const ProgressSnapshot& s) {
   nlohmann::json j = {{"step", s.step}, {"epoch", s.epoch}, {"valid_bleu", s.valid_bleu}, {"sentences", nlohmann::json::array()}};
-  for (const auto& m : s.maps)
-    j["sentences"].push_back({{"source", m.source_text}, {"target", m.target_text}, {"src_tokens", m.src_tokens},
-                              {"tgt_tokens", m.tgt_tokens}, {"weights", m.weights}});
+  for (size_t k = 0; k < s.maps.size(); ++k) {
+    const AttentionMap& m = s.maps[k];
+    nlohmann::json e = {{"source", m.source_text}, {"target", m.target_text}, {"src_tokens", m.src_tokens},
+                        {"tgt_tokens", m.tgt_tokens}, {"weights", m.weights}};
+    if (k < s.encoder_self.size()) e["encoder_self"] = self_json(s.encoder_self[k]);
+    if (k < s.decoder_self.size()) e["decoder_self"] = self_json(s.decoder_self[k]);
+    j["sentences"].push_back(std::move(e));
+  }
   return j;
 }
 
@@ -44,6 +61,8 @@ ProgressSnapshot progress_snapshot_from_json(const nlohmann::json& j) {
     m.tgt_tokens = e.at("tgt_tokens").get<std::vector<std::string>>();
     m.weights = e.at("weights").get<std::vector<std::vector<float>>>();
     s.maps.push_back(std::move(m));
+    if (e.contains("encoder_self")) s.encoder_self.push_back(self_from_json(e.at("encoder_self")));
+    if (e.contains("decoder_self")) s.decoder_self.push_back(self_from_json(e.at("decoder_self")));
   }
   return s;
 }
@@ -78,8 +97,14 @@ std::string progress_html(const std::vector<ProgressSnapshot>& all, const std::s
       std::snprintf(label, sizeof(label), "step %lld (epoch %lld), validation BLEU %.2f", static_cast<long long>(s.step),
                     static_cast<long long>(s.epoch), s.valid_bleu);
       o << "<div class=\"frame" << (i + 1 == snapshots.size() ? " on" : "") << "\" data-step=\"" << s.step << "\" data-label=\""
-        << xml_escape(label) << "\">" << unique_ids(attention_svg(s.maps[k]), std::to_string(k) + "-" + std::to_string(i))
-        << "</div>\n";
+        << xml_escape(label) << "\">" << unique_ids(attention_svg(s.maps[k]), std::to_string(k) + "-" + std::to_string(i));
+    // A self-attention model: its stacks' last layers beside the cross-attention (the diagonal, the causal triangle).
+    for (const auto* self : {&s.encoder_self, &s.decoder_self})
+      if (k < self->size())
+        o << "<figure class=\"self\"><figcaption>self-attention, " << xml_escape((*self)[k].self_attention) << " (mean of its heads)</figcaption>"
+          << unique_ids(attention_svg((*self)[k]), std::to_string(k) + "-" + std::to_string(i) + (self == &s.encoder_self ? "-e" : "-d"))
+          << "</figure>";
+    o << "</div>\n";
     }
     o << "</section>\n";
   }

@@ -17,6 +17,10 @@ struct ProgressSnapshot {
   int64_t epoch = 0;        // 1-based
   double valid_bleu = 0;    // greedy validation BLEU at this step
   std::vector<AttentionMap> maps;  // one per snapshot sentence, weights [tgt_len][src_len] (forced decoding)
+  // A self-attention stack's last layer (mean of its heads), one per sentence; empty where the stack is recurrent.
+  // Encoder: [src_len][src_len]; decoder: [tgt_len][tgt_len] over its inputs (<bos> and the reference before each
+  // step), the causal triangle.
+  std::vector<AttentionMap> encoder_self, decoder_self;
 };
 
 nlohmann::json progress_snapshot_json(const ProgressSnapshot& s);
