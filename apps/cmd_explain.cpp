@@ -1,5 +1,5 @@
 // attnmt explain --example | --run DIR --src "sentence" [--step N | --word W] [--part cross|encoder|decoder]
-//                [--layer L] [--beam K] [--format text|json]
+//                [--layer L] [--head H] [--beam K] [--format text|json]
 // One attention step computed the way the lesson writes it, with the trained model's own numbers (translate/explain.h),
 // or the tutorial's worked example through the same scaled dot-product function.
 #include <algorithm>
@@ -93,8 +93,12 @@ int example(bool json) {
   return 0;
 }
 
-int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, bool json) {
+// head: the one head printed in text (1-based; 0: all).
+int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, int64_t head, bool json) {
   const StepExplanation e = explain_step(run, src, o);
+  if (head > static_cast<int64_t>(e.heads.size()))
+    throw UsageError("explain: --head must be between 1 and " + std::to_string(e.heads.size()) + " (this attention's heads), got " +
+                     std::to_string(head));
   if (json) {
     std::cout << explanation_json(e).dump(2) << "\n";
     return 0;
@@ -122,6 +126,7 @@ int explain(LoadedRun& run, const std::string& src, const ExplainOptions& o, boo
   std::printf("query (%s): %s\n%s\n%s\n", e.query_is.c_str(), vec(e.query).c_str(), e.score_formula.c_str(),
               e.scale_reason.c_str());
   for (size_t h = 0; h < e.heads.size(); ++h) {
+    if (head > 0 && static_cast<int64_t>(h) + 1 != head) continue;
     if (e.heads.size() > 1) std::printf("head %zu of %zu:\n", h + 1, e.heads.size());
     print_lookup(e.heads[h], e.keys, e.masked, e.scale, e.heads.size() > 1 ? "  " : "");
   }
@@ -136,7 +141,7 @@ Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
   struct Options {
     bool example = false;
     std::string run, src, word, format = "text", checkpoint = "best", part = "cross";
-    int64_t step = 0, layer = 0;
+    int64_t step = 0, layer = 0, head = 0;
     int beam = 0;
   };
   auto opt = std::make_shared<Options>();
@@ -154,6 +159,8 @@ Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
       ->check(CLI::IsMember({"cross", "encoder", "decoder"}));
   app->add_option("--layer", opt->layer, "The self-attention layer, 1-based (default: the last)")
       ->check(CLI::Range(int64_t{1}, int64_t{64}));
+  app->add_option("--head", opt->head, "Print this head only, 1-based (default: every head; JSON has them all)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}));
   app->add_option("--beam", opt->beam, "Beam size of the decoding (default: the run's eval.beam_size)")->check(CLI::Range(1, 64));
   app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of the run");
   app->add_option("--format", opt->format, "text | json")->check(CLI::IsMember({"text", "json"}));
@@ -168,7 +175,7 @@ Command setup_explain(CLI::App& parent, const GlobalOptions& g) {
             o.beam = opt->beam;
             o.part = opt->part;
             o.layer = opt->layer;
-            return explain(run, opt->src, o, json);
+            return explain(run, opt->src, o, opt->head, json);
           }};
 }
 

@@ -219,7 +219,8 @@ TEST(Explain, BadInputIsOneLineAndExitTwo) {
       {"explain --run /nonexistent/run --src 'the cat'", "/nonexistent/run"},
       {"explain --run " + run + " --src 'the cat' --part encoder", "--part encoder needs a self-attention encoder"},
       {"explain --run " + run + " --src 'the cat' --layer 2", "--layer applies to self-attention stacks"},
-      {"explain --run " + run + " --src 'the cat' --part sideways", "--part"}};
+      {"explain --run " + run + " --src 'the cat' --part sideways", "--part"},
+      {"explain --run " + run + " --src 'the cat' --head 2", "--head must be between 1 and 1"}};
   for (const auto& [args, expect] : cases) {
     const auto r = test::run_cli("--device cpu " + args);
     EXPECT_EQ(r.code, 2) << args << "\n" << r.output;

@@ -717,6 +717,42 @@ TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
   EXPECT_EQ(wd.find_all("#out-100 ol.nbest li").size(), 2u);
   EXPECT_EQ(wd.text(wd.find("#out-100 .tgt")), translate_cli(runs.bahdanau, {sentence}, "--beam 3")[0][0]["text"].get<std::string>());
   EXPECT_EQ(srv->stop(), 0);
+
+  // A self-attention model, its explanation opened from the address at the decoder's self-attention: the selectors of
+  // attention, layer and head, the layer's map, and the causal mask (the keys after the query masked).
+  Config sa = tiny_config_for(runs.corpus, temp_dir("serve_sa"), "scaled_dot");
+  sa.model.encoder.type = sa.model.decoder.type = LayerType::kSelfAttention;
+  sa.model.encoder.heads = sa.model.decoder.heads = 2;
+  sa.model.encoder_layers = sa.model.decoder_layers = 2;
+  sa.model.embed_dim = sa.model.hidden_dim = 32;
+  sa.train.max_steps = 40;
+  sa.train.batch_size = 16;
+  sa.eval.beam_size = 1;
+  validate(sa);
+  train(sa, {}, torch::kCPU);
+  auto srv2 = start_server({"--run", sa.run_dir});
+  ASSERT_GT(srv2->port, 0);
+  const json cli_sa = json::parse(run_cli("--log-level error explain --run " + sa.run_dir + " --src '" + sentence +
+                                          "' --beam 1 --part decoder --layer 1 --step 2 --format json").output);
+  ASSERT_TRUE(cli_sa.contains("keys")) << cli_sa.dump();
+  const size_t keys = cli_sa["keys"].size();
+  ASSERT_GE(keys, 3u) << "the test needs a translation of two tokens or more";
+  wd.call("POST", "/url", {{"url", "http://127.0.0.1:" + std::to_string(srv2->port) + "/?src=" + url_encode(sentence) +
+                                       "&beam=1&nbest=1&explain=2&part=decoder&layer=1"}});
+  for (int i = 0; i < 200 && wd.find_all("body[data-done]").empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(wd.find_all("body[data-done]").size(), 1u) << "the link did not translate and explain on load";
+  ASSERT_EQ(wd.find_all("#out-100 .explain table.lookup").size(), 1u) << wd.text(wd.find("#out-100"));
+  EXPECT_EQ(wd.find_all("#out-100 .explain select.part option").size(), 3u);   // cross, encoder, decoder
+  EXPECT_EQ(wd.find_all("#out-100 .explain select.layer option").size(), 2u);  // layer 1 of 2, 2 of 2
+  EXPECT_EQ(wd.find_all("#out-100 .explain select.head option").size(), 2u);
+  EXPECT_EQ(wd.find_all("#out-100 .explain table.lookup tr.masked").size(), keys - 2);  // step 2 sees <bos> and itself
+  EXPECT_EQ(wd.find_all("#out-100 .explain table.layermap tbody tr").size(), keys);     // the layer's map, every position
+  EXPECT_NE(wd.text(wd.find("#out-100 .explain")).find("decoder self-attention (causal), layer 1"), std::string::npos);
+  // ATTNMT_EXPLAIN_SCREENSHOT=FILE keeps a picture of it.
+  png = base64_decode(wd.call("GET", "/screenshot").get<std::string>());
+  ASSERT_GT(png.size(), 1000u);
+  if (const char* keep = std::getenv("ATTNMT_EXPLAIN_SCREENSHOT")) write_file(keep, png);
+  EXPECT_EQ(srv2->stop(), 0);
 }
 
 }  // namespace
