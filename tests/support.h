@@ -165,6 +165,15 @@ inline Config tiny_config_for(const std::string& corpus, const std::string& run_
   return c;
 }
 
+// The same with self-attention encoder and decoder: two layers each, `heads` heads in every attention.
+inline Config tiny_self_attention_config_for(const std::string& corpus, const std::string& run_dir, int heads) {
+  Config c = tiny_config_for(corpus, run_dir, "scaled_dot");
+  c.model.encoder.type = c.model.decoder.type = LayerType::kSelfAttention;
+  c.model.encoder.heads = c.model.decoder.heads = c.model.attention.heads = heads;
+  c.model.encoder_layers = c.model.decoder_layers = 2;
+  return c;
+}
+
 // The lines of a text (a command's output), without their newlines.
 std::vector<std::string> output_lines(const std::string& text);
 

@@ -126,12 +126,8 @@ TEST(Explain, EveryKindsStepIsItsForwardPass) {
 TEST(Explain, SelfAttentionLayersAndHeadsAreTheirForwardPass) {
   const std::string corpus = test::tiny_toy_corpus("explain_sa_corpus", 48, 6, 6, 10);
   const std::string sentence = read_lines(corpus + "/test.en").at(0);
-  Config c = test::tiny_config_for(corpus, test::temp_dir("explain_sa"), "scaled_dot");
-  c.model.encoder.type = c.model.decoder.type = LayerType::kSelfAttention;
-  c.model.encoder.heads = 2;
+  Config c = test::tiny_self_attention_config_for(corpus, test::temp_dir("explain_sa"), 2);
   c.model.decoder.heads = 4;
-  c.model.attention.heads = 2;
-  c.model.encoder_layers = c.model.decoder_layers = 2;
   c.train.max_steps = 12;
   c.train.batch_size = 8;
   c.eval.beam_size = 2;

@@ -720,10 +720,7 @@ TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
 
   // A self-attention model, its explanation opened from the address at the decoder's self-attention: the selectors of
   // attention, layer and head, the layer's map, and the causal mask (the keys after the query masked).
-  Config sa = tiny_config_for(runs.corpus, temp_dir("serve_sa"), "scaled_dot");
-  sa.model.encoder.type = sa.model.decoder.type = LayerType::kSelfAttention;
-  sa.model.encoder.heads = sa.model.decoder.heads = 2;
-  sa.model.encoder_layers = sa.model.decoder_layers = 2;
+  Config sa = tiny_self_attention_config_for(runs.corpus, temp_dir("serve_sa"), 2);
   sa.model.embed_dim = sa.model.hidden_dim = 32;
   sa.train.max_steps = 40;
   sa.train.batch_size = 16;

@@ -95,6 +95,40 @@ bool token_matches(const std::string& authorization, const std::string& token) {
   return diff == 0;
 }
 
+// What httplib answers by itself (an unknown path, a known path with another method, a body over the limit, a
+// malformed request) in the API's form.
+void answer_error(TranslationService& svc, const httplib::Request& req, httplib::Response& res) {
+  if (!res.body.empty()) return;
+  std::string msg;
+  const std::string allowed = res.status == 404 ? method_of(req.path) : "";
+  if (!allowed.empty()) {
+    res.status = 405;
+    res.set_header("Allow", allowed);
+    msg = req.method + " " + req.path + ": method not allowed (use " + allowed + ")";
+  } else if (res.status == 404) {
+    msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, POST /translator/explain, GET /models, GET /health, GET /)";
+  }
+  if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
+  if (msg.empty() && res.status == 400)
+    msg = "the HTTP request could not be read: a malformed request line, header, Content-Length or chunked body";
+  if (msg.empty() && res.status == 414) msg = "the request's path is too long";
+  if (msg.empty()) msg = "HTTP " + std::to_string(res.status);
+  send(res, api_error(res.status, msg));
+}
+
+// An exception out of a handler: 500 with its message, logged.
+void answer_exception(httplib::Response& res, std::exception_ptr ep) {
+  std::string what = "unknown";
+  try {
+    std::rethrow_exception(ep);
+  } catch (const std::exception& e) {
+    what = e.what();
+  } catch (...) {
+  }
+  spdlog::error("serve: {}", what);
+  send(res, api_error(500, "internal error: " + what));
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -158,37 +192,8 @@ HttpServer::HttpServer(TranslationService& service, const HttpOptions& opt) : im
     s.Post(r + "/translate", translate);
     s.Post(r + "/explain", explain);
   }
-  // What httplib answers by itself (an unknown path, a known path with another method, a body over the limit, a
-  // malformed request) in the API's form.
-  s.set_error_handler([&svc](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    std::string msg;
-    const std::string allowed = res.status == 404 ? method_of(req.path) : "";
-    if (!allowed.empty()) {
-      res.status = 405;
-      res.set_header("Allow", allowed);
-      msg = req.method + " " + req.path + ": method not allowed (use " + allowed + ")";
-    } else if (res.status == 404) {
-      msg = "no such path: " + req.method + " " + req.path + " (POST /translator/translate, POST /translator/explain, GET /models, GET /health, GET /)";
-    }
-    if (res.status == 413) msg = "the request is over the limit of " + std::to_string(svc.limits().max_request_bytes) + " bytes (--max-request-bytes)";
-    if (msg.empty() && res.status == 400)
-      msg = "the HTTP request could not be read: a malformed request line, header, Content-Length or chunked body";
-    if (msg.empty() && res.status == 414) msg = "the request's path is too long";
-    if (msg.empty()) msg = "HTTP " + std::to_string(res.status);
-    send(res, api_error(res.status, msg));
-  });
-  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown";
-    try {
-      std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    spdlog::error("serve: {}", what);
-    send(res, api_error(500, "internal error: " + what));
-  });
+  s.set_error_handler([&svc](const httplib::Request& req, httplib::Response& res) { answer_error(svc, req, res); });
+  s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) { answer_exception(res, ep); });
   // httplib's default socket options add SO_REUSEPORT, with which a second server could share the port: only
   // SO_REUSEADDR here. The descriptor is kept to raise the listen backlog below.
   s.set_socket_options([impl = impl_.get()](int fd) {
