@@ -42,7 +42,18 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
   app->add_option("--checkpoint", opt->svc.checkpoint, "best | last | a checkpoint file (every run)")->capture_default_str();
   app->add_option("--max-batch", opt->svc.max_batch, "Sentences decoded together, across the requests waiting")
       ->capture_default_str()->check(CLI::Range(1, 4096));
-  app->add_option("--http-threads", opt->http.threads, "Connections served at once")->capture_default_str()->check(CLI::Range(1, 4096));
+  app->add_option("--http-threads", opt->http.threads, "API requests handled at once (more wait their turn)")
+      ->capture_default_str()->check(CLI::Range(1, 4096));
+  app->add_option("--request-timeout", opt->http.request_timeout_s,
+                  "Seconds a request's header and body may take to arrive whole (the connection is closed after)")
+      ->capture_default_str()->check(CLI::Range(0.05, 3600.0));
+  app->add_option("--max-header-bytes", opt->http.max_header_bytes, "Largest request line and header together (431 above)")
+      ->capture_default_str()->check(CLI::Range(256, 1 << 20));
+  app->add_option("--max-connections", opt->http.max_connections,
+                  "Connections open at once (the slowest receiving its request is closed to make room)")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
+  app->add_option("--max-connections-per-client", opt->http.max_connections_per_client, "Connections open at once from one address")
+      ->capture_default_str()->check(CLI::Range(1, 100000));
   app->add_option("--max-request-bytes", opt->svc.limits.max_request_bytes, "Largest request body (413 above)")
       ->capture_default_str()->check(CLI::Range(int64_t{64}, int64_t{1} << 32));
   app->add_option("--max-sentences", opt->svc.limits.max_sentences, "Sentences in one request (413 above)")
@@ -61,7 +72,7 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
   return {app, [opt, &g]() -> int {
             if (!g.device.empty()) opt->svc.device = g.device;
             if (!http_available())
-              throw UsageError("serve: this attnmt was built without cpp-httplib (Debian: libcpp-httplib-dev, which scripts/setup.sh installs); rebuild");
+              throw UsageError("serve: this attnmt was built without Boost.Beast (Debian: libboost-dev, which scripts/setup.sh installs); rebuild");
             TranslationService svc(opt->svc);
             HttpServer server(svc, opt->http);
             // SIGINT and SIGTERM: the handler (whichever thread takes the signal) writes a byte to a pipe; a thread that
@@ -76,7 +87,7 @@ Command setup_serve(CLI::App& parent, const GlobalOptions& g) {
               char c = 0;
               while (::read(g_signal_pipe[0], &c, 1) < 0 && errno == EINTR) {
               }
-              if (c != 'q') spdlog::info("signal: stopping; answering the requests in flight");
+              if (c != 'q') spdlog::info("signal: stopping (requests being decoded get a second to finish)");
               server.stop();
             });
             // An IPv6 address goes in brackets in a URL (RFC 3986): http://[::1]:5075/.

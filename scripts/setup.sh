@@ -22,14 +22,13 @@ PYTORCH_PIN=${ATTNMT_PYTORCH_PIN:-torch==2.14.1}
 # libgloo-dev: Gloo's headers, which LibTorch's c10d needs for distributed training (attnmt train --nproc).
 # libtcmalloc-minimal4: the allocator attnmt links (CMakeLists.txt says why: page faults on every step).
 # libsentencepiece-dev + pkg-config: subword units (data.tokenizer "sentencepiece"), trained and applied in-process.
-# libcpp-httplib-dev: the HTTP server of `attnmt serve` (a maintained single-header library that Debian builds as a
-# shared one; CMakeLists.txt says how it is found).
+# libboost-dev: Boost.Beast and Boost.Asio (headers only), the HTTP server of `attnmt serve` (docs/serve.md says why).
 # Debian 13 renamed some libraries in its 64-bit time_t transition (libtcmalloc-minimal4 -> ...4t64).
 debian=$(. /etc/os-release 2>/dev/null && echo "${VERSION_ID:-}")
 tcmalloc=libtcmalloc-minimal4
 if [ -n "$debian" ] && [ "$debian" -ge 13 ] 2>/dev/null; then tcmalloc=libtcmalloc-minimal4t64; fi
 PACKAGES=(cmake g++ make ccache pkg-config libtorch-dev libcli11-dev libspdlog-dev nlohmann-json3-dev libgtest-dev libopenblas0-pthread
-          libgloo-dev "$tcmalloc" libsentencepiece-dev libcpp-httplib-dev)
+          libgloo-dev "$tcmalloc" libsentencepiece-dev libboost-dev)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,7 +1,9 @@
 // `attnmt serve` on a socket: the routes of OpenNMT-py's REST server (POST /translator/translate, GET /translator/models,
-// GET /health, with short aliases) and the page at /, over cpp-httplib (Debian's libcpp-httplib-dev); and a small HTTP
-// client for the tests and the browser test's WebDriver calls. Without cpp-httplib at build time, HttpServer refuses to
-// start (UsageError, one line) and http_request answers status 0.
+// GET /health, with short aliases) and the page at /, over Boost.Beast (Debian's libboost-dev; docs/serve.md says why):
+// one thread reads and writes every connection, so a slow client holds a connection, never a thread; each request's
+// header and body must arrive whole within a deadline and within size bounds, connections are bounded in all and per
+// client address. And a small HTTP client for the tests and the browser test's WebDriver calls. Without Boost.Beast at
+// build time, HttpServer refuses to start (UsageError, one line) and http_request answers status 0.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,9 +15,16 @@ namespace attnmt {
 
 struct HttpOptions {
   std::string host = "127.0.0.1";
-  int port = 5000;       // 0: any free port (HttpServer::port() says which)
-  int threads = 64;      // connections served at once (each keep-alive client holds one while connected)
-  int read_timeout_s = 5;  // a client that sends nothing for this long is dropped: a slow or dead one blocks only itself
+  int port = 5000;   // 0: any free port (HttpServer::port() says which)
+  int threads = 64;  // API requests handled at once (each waits for its model on one thread); more wait their turn
+  // A request's header and body must arrive whole within this many seconds of the connection's wait for it (a keep-
+  // alive connection idle that long is closed too); its answer must be read within as long.
+  double request_timeout_s = 10;
+  int max_header_bytes = 16 * 1024;  // the request line and header fields together (431 above)
+  // Connections open at once, in all and from one client address. When a new one would pass a bound, the connection
+  // that has spent longest receiving its request (or idling) is closed to make room; 503 when every one is busy.
+  int max_connections = 1024;
+  int max_connections_per_client = 256;
   std::string token;       // non-empty: the API asks for "Authorization: Bearer TOKEN" (401 without)
   std::vector<std::string> allow_hosts;  // host names a request's Host header may give besides localhost and addresses
 };
@@ -28,18 +37,19 @@ bool host_allowed(const std::string& host_header, const std::vector<std::string>
 // Whether an address to listen on is a loopback one (127.0.0.0/8, ::1, localhost): reachable from this machine only.
 bool is_loopback(const std::string& host);
 
-// Whether this build has the HTTP server (cpp-httplib was found).
+// Whether this build has the HTTP server (Boost.Beast was found).
 bool http_available();
 
 class HttpServer {
  public:
-  // Binds host:port; UsageError when that fails (port in use, bad host) or without cpp-httplib.
+  // Binds host:port; UsageError when that fails (port in use, bad host) or without Boost.Beast.
   HttpServer(TranslationService& service, const HttpOptions& opt);
   ~HttpServer();
   int port() const;
-  // Serves until stop(); returns once every request in flight is answered.
+  // Serves until stop(); then returns within 2 s: connections waiting for a request are closed at once, requests being
+  // decoded get 1 s to finish, then the service is cancelled (they are answered 503) and what is still open is closed.
   void run();
-  // Thread-safe (not from a signal handler): stops accepting connections and makes run() return.
+  // Thread-safe (not from a signal handler), also before run(): stops accepting connections and makes run() return.
   void stop();
 
   struct Impl;

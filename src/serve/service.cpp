@@ -9,6 +9,7 @@
 #include <functional>
 #include <future>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -46,7 +47,8 @@ struct Job {
   std::vector<std::vector<std::string>> tokens;  // the lines tokenized (Worker::admit), what is decoded
   JobOptions opt;
   std::promise<std::vector<std::vector<Translation>>> done;
-  std::atomic<bool> abandoned{false};  // the request timed out: skip it
+  std::atomic<bool> abandoned{false};  // the request gave up (its deadline, its client, a shutdown): skip it
+  std::atomic<bool> taken{false};      // out of the queue: being decoded
   // Something else the model does for a request (an explanation), run alone on the worker's thread; it answers its
   // own promise. Lines: its sentence, counted in the queue like a translation's.
   std::function<void(LoadedRun&)> task;
@@ -125,6 +127,11 @@ class TranslationService::Worker {
     std::lock_guard<std::mutex> g(m_);
     return queued_;
   }
+  // Whether sentences other than the job's own wait in the queue.
+  bool others_waiting(const Job& job) const {
+    std::lock_guard<std::mutex> g(m_);
+    return queued_ - (job.taken ? 0 : static_cast<int64_t>(job.lines.size())) > 0;
+  }
   int64_t batches() const { return batches_.load(); }
 
  private:
@@ -138,6 +145,7 @@ class TranslationService::Worker {
         if (q_.empty()) return;  // stopping, and everything queued was answered
         if (q_.front()->task) {  // alone, in its turn
           task = q_.front();
+          task->taken = true;
           q_.pop_front();
           queued_ -= static_cast<int64_t>(task->lines.size());
         } else {
@@ -168,6 +176,7 @@ class TranslationService::Worker {
       } else if (!(*it)->task && (*it)->opt.same_search(first) && (group.empty() || n + k <= cfg_.max_batch)) {
         n += k;
         queued_ -= k;
+        (*it)->taken = true;
         group.push_back(*it);
         it = q_.erase(it);
       } else {
@@ -217,7 +226,7 @@ class TranslationService::Worker {
       SearchOptions so = search_options(run_.cfg.eval, group.front()->opt.beam);
       so.nbest = group.front()->opt.nbest;
       so.keep_weights = weights && run_.model->decoder->has_attention();
-      // Every request of the group gave up (its deadline passed): the model is freed at the next decoder step.
+      // Every request of the group gave up (its deadline, its client, a shutdown): the model is freed at the next step.
       so.cancelled = [&group] {
         return std::all_of(group.begin(), group.end(), [](const std::shared_ptr<Job>& j) { return j->abandoned.load(); });
       };
@@ -234,7 +243,7 @@ class TranslationService::Worker {
       try {
         throw;
       } catch (const SearchCancelled&) {
-        spdlog::info("model {}: decoding stopped: every request of its batch passed its deadline", id_);
+        spdlog::info("model {}: decoding stopped: every request of its batch gave up (its deadline, its client or a shutdown)", id_);
       } catch (...) {
       }
       for (const auto& j : group) {
@@ -262,6 +271,33 @@ class TranslationService::Worker {
 
 namespace {
 
+// Waits for a job's answer until it comes, the request's deadline passes, the service is cancelled, or its client has
+// closed its connection while others wait for the model; in the last three the job is marked abandoned (the worker
+// skips it, or stops its batch at the next decoder step when the whole batch gave up) and RequestError says why.
+template <class T>
+T await(TranslationService::Worker& w, Job& job, std::future<T>& answer, const ClientClosed& closed, const std::atomic<bool>& cancelled,
+        double timeout_s, const char* what) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                            std::chrono::duration<double>(timeout_s));
+  for (;;) {
+    const auto left = until - std::chrono::steady_clock::now();
+    if (answer.wait_for(std::min<std::chrono::steady_clock::duration>(left, std::chrono::milliseconds(20))) == std::future_status::ready)
+      return answer.get();
+    std::optional<RequestError> why;
+    if (cancelled) {
+      why = RequestError{503, "the server is shutting down"};
+    } else if (closed && closed() && w.others_waiting(job)) {
+      why = RequestError{503, "the client closed its connection while other requests waited for the model"};
+    } else if (std::chrono::steady_clock::now() >= until) {
+      why = RequestError{503, std::string("not ") + what + " within " + fmt::format("{:g}", timeout_s) + " s (--timeout); the server is overloaded"};
+    }
+    if (why) {
+      job.abandoned = true;
+      throw *why;
+    }
+  }
+}
+
 json attention_json(const Translation& t) {
   return {{"src", t.src_tokens}, {"tgt", t.tgt_tokens}, {"weights", token_weights(t)}};
 }
@@ -287,6 +323,11 @@ void TranslationService::stop() {
   for (auto& w : workers_) w->stop();
 }
 
+void TranslationService::cancel() {
+  cancelled_ = true;
+  stop();
+}
+
 json TranslationService::models() const {
   json out = json::array();
   for (const auto& w : workers_) out.push_back(w->info());
@@ -310,7 +351,7 @@ json TranslationService::health() const {
           {"batches", s.batches}, {"refused", s.refused},      {"queued", queued}};
 }
 
-ApiReply TranslationService::translate(const std::string& body) {
+ApiReply TranslationService::translate(const std::string& body, const ClientClosed& closed) {
   requests_.fetch_add(1);
   try {
     const TranslateRequest req = parse_translate_request(body, cfg_.limits, refs_);
@@ -320,11 +361,7 @@ ApiReply TranslationService::translate(const std::string& body) {
     job->lines = req.src;
     auto fut = job->done.get_future();
     w->submit(job);
-    if (fut.wait_for(std::chrono::duration<double>(cfg_.limits.timeout_s)) != std::future_status::ready) {
-      job->abandoned = true;
-      throw RequestError{503, "not decoded within " + fmt::format("{:g}", cfg_.limits.timeout_s) + " s (--timeout); the server is overloaded"};
-    }
-    std::vector<std::vector<Translation>> results = fut.get();
+    std::vector<std::vector<Translation>> results = await(*w, *job, fut, closed, cancelled_, cfg_.limits.timeout_s, "decoded");
     sentences_.fetch_add(static_cast<int64_t>(results.size()));
     // OpenNMT-py's shape: the outer list is the n-best rank, the inner one the inputs in order.
     LoadedRun& run = w->run();
@@ -362,7 +399,7 @@ ApiReply TranslationService::translate(const std::string& body) {
   }
 }
 
-ApiReply TranslationService::explain(const std::string& body) {
+ApiReply TranslationService::explain(const std::string& body, const ClientClosed& closed) {
   requests_.fetch_add(1);
   try {
     const ExplainRequest req = parse_explain_request(body, cfg_.limits, refs_);
@@ -396,11 +433,7 @@ ApiReply TranslationService::explain(const std::string& body) {
       answer->set_value(std::move(reply));
     };
     w->submit(job);
-    if (fut.wait_for(std::chrono::duration<double>(cfg_.limits.timeout_s)) != std::future_status::ready) {
-      job->abandoned = true;
-      throw RequestError{503, "not explained within " + fmt::format("{:g}", cfg_.limits.timeout_s) + " s (--timeout); the server is overloaded"};
-    }
-    ApiReply reply = fut.get();
+    ApiReply reply = await(*w, *job, fut, closed, cancelled_, cfg_.limits.timeout_s, "explained");
     if (reply.status != 200) refused_.fetch_add(1);
     return reply;
   } catch (const RequestError& r) {
