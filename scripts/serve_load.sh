@@ -2,9 +2,11 @@
 # Load on `attnmt serve`: wrk (Debian's package) with 32 connections posts one test sentence per request, greedy, for
 # SECONDS seconds, while the server's RSS is sampled every second; then the same with --max-batch 1 (every request
 # decoded alone) to show what batching across requests is worth. Prints requests/s (= sentences/s), latency
-# percentiles, failures (connection errors and non-2xx answers) and RSS at the start, the end and the peak.
+# percentiles, failures (connection errors and non-2xx answers) and RSS at the start, the end and the peak. Between the
+# two, the batched load again beside a slowloris (SLOW clients each sending a header byte every 3 s, reconnecting when
+# cut), ended by SIGTERM while they trickle: how long the server takes to exit.
 #   scripts/serve_load.sh RUN_DIR [SENTENCES_FILE]     e.g. scripts/serve_load.sh runs/demo/bahdanau data/toy/test.en
-#   CONNECTIONS=32 DURATION=40 (seconds each) BEAM=1 PORT=5077 WRK_THREADS=1
+#   CONNECTIONS=32 DURATION=40 (seconds each) BEAM=1 PORT=5077 WRK_THREADS=1 SLOW=70
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN=${1:?usage: scripts/serve_load.sh RUN_DIR [SENTENCES_FILE]}
@@ -18,9 +20,9 @@ command -v wrk >/dev/null || { echo "serve_load: needs wrk (apt-get install wrk)
 tmp=$(mktemp -d)
 trap 'kill $(cat "$tmp"/pid 2>/dev/null) 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
-one() {  # $1: label, then extra serve flags
-  local label=$1
-  shift
+one() {  # $1: label, $2: slow clients beside the load (0: none), then extra serve flags
+  local label=$1 slow=$2
+  shift 2
   build/attnmt --log-level warn serve --run "$RUN" --port "$PORT" "$@" >"$tmp/serve.log" 2>&1 &
   local pid=$!
   echo $pid >"$tmp/pid"
@@ -31,14 +33,27 @@ one() {  # $1: label, then extra serve flags
   local rss0
   rss0=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
   ( while kill -0 $pid 2>/dev/null; do awk '/VmRSS/ {print $2}' /proc/$pid/status 2>/dev/null; sleep 1; done ) >"$tmp/rss" &
-  local sampler=$!
+  local sampler=$! slowpid=""
+  if [ "$slow" -gt 0 ]; then
+    python3 scripts/serve/slowloris.py "$PORT" "$slow" 3 >"$tmp/slow.txt" &
+    slowpid=$!
+    sleep 2
+  fi
   SERVE_SENTENCES=$SENT SERVE_BEAM=$BEAM wrk -t"${WRK_THREADS:-1}" -c"$CONNECTIONS" -d"${SECONDS_EACH}s" --timeout 30s --latency \
     -s scripts/serve/load.lua "http://127.0.0.1:$PORT" >"$tmp/wrk.txt"
   local rss1 health
   rss1=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
   health=$(python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/health').read().decode())")
+  local t0 stopped
+  t0=$(date +%s.%N)
   kill -TERM $pid
   wait $pid || { echo "serve_load: the server exited with $? after SIGTERM" >&2; exit 1; }
+  stopped=$(python3 -c "print(f'{$(date +%s.%N) - $t0:.2f}')")
+  if [ -n "$slowpid" ]; then
+    kill -TERM $slowpid
+    wait $slowpid || true
+    echo "  $(cat "$tmp/slow.txt"); SIGTERM during it: the server exited 0 in $stopped s"
+  fi
   kill $sampler 2>/dev/null || true
   local peak
   peak=$(sort -n "$tmp/rss" | tail -1)
@@ -58,5 +73,6 @@ PY
 }
 
 echo "serve_load: $RUN, $CONNECTIONS connections, ${SECONDS_EACH} s each, beam $BEAM, sentences from $SENT ($(nproc) cores)"
-one "batched (--max-batch 64)"
-one "unbatched (--max-batch 1)" --max-batch 1
+one "batched (--max-batch 64)" 0
+one "batched, beside a slowloris of ${SLOW:-70} clients" "${SLOW:-70}"
+one "unbatched (--max-batch 1)" 0 --max-batch 1

@@ -621,6 +621,9 @@ TEST(Serve, ThePageShowsTranslationAndMapInChromium) {
   EXPECT_EQ(wd.find_all("#out-100 .explain table.lookup tr.masked").size(), keys - 2);  // step 2 sees <bos> and itself
   EXPECT_EQ(wd.find_all("#out-100 .explain table.layermap tbody tr").size(), keys);     // the layer's map, every position
   EXPECT_NE(wd.text(wd.find("#out-100 .explain")).find("decoder self-attention (causal), layer 1"), std::string::npos);
+  // The card's own map says which of the model's attentions it is.
+  EXPECT_NE(wd.text(wd.find("#out-100 .mapbox caption")).find("cross-attention of the last decoder layer (layer 2 of 2)"),
+            std::string::npos) << wd.text(wd.find("#out-100 .mapbox caption"));
   // ATTNMT_EXPLAIN_SCREENSHOT=FILE keeps a picture of it.
   png = base64_decode(wd.call("GET", "/screenshot").get<std::string>());
   ASSERT_GT(png.size(), 1000u);

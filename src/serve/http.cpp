@@ -332,7 +332,7 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
   // Closing after an answer: the sending side first, then what the client still sends is read and dropped (for up to
-  // a second) so that the answer is not lost to a reset (the client may still be sending a body refused unread).
+  // a second or 4 MiB) so that the answer is not lost to a reset (the client may still be sending a body refused unread).
   void linger() {
     phase_ = Phase::kClosing;
     beast::error_code ec;
@@ -341,8 +341,9 @@ class Session : public std::enable_shared_from_this<Session> {
     drain();
   }
   void drain() {
-    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t) {
-      if (ec || self->srv_.stopping) return self->close_now();
+    stream_.async_read_some(net::buffer(scratch_), [self = shared_from_this()](beast::error_code ec, size_t n) {
+      self->drained_ += n;
+      if (ec || self->srv_.stopping || self->drained_ > (4u << 20)) return self->close_now();
       self->drain();
     });
   }
@@ -359,7 +360,8 @@ class Session : public std::enable_shared_from_this<Session> {
   uint64_t generation_ = 0;
   unsigned version_ = 11;
   bool keep_alive_ = true;
-  char scratch_[4096];
+  size_t drained_ = 0;
+  char scratch_[16384];
 };
 
 void HttpServer::Impl::accept() {

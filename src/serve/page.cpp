@@ -120,7 +120,9 @@ function showMap(m, card, hyp, pieces) {
   box.textContent = "";
   const att = pieces && hyp.attention_pieces ? hyp.attention_pieces : hyp.attention;
   const tokens = pieces || !hyp.attention_pieces;
-  if (att) box.appendChild(heatMap(card, att, tokens ? (j) => explainStep(m, card, j + 1, {part: "cross"}) : null));
+  // A model with layers or heads says which attention the map is (serve's /models "map").
+  const axes = (m.map ? m.map + " \u00b7 " : "") + "rows: the translation, token by token \u2193 \u00b7 columns: the source \u2192";
+  if (att) box.appendChild(heatMap(card, att, tokens ? (j) => explainStep(m, card, j + 1, {part: "cross"}) : null, axes));
   if (att && !tokens) box.appendChild(el("div", {class: "muted"}, "choose pieces to explain a step (the model decides piece by piece)"));
 }
 async function explainStep(m, card, step, opts) {

@@ -34,6 +34,16 @@ namespace serve_detail {
 
 constexpr int kFirstModelId = 100;
 
+// Which attention the page's map of a translation shows, where the model has more than one ("" where it has one).
+std::string map_description(const ModelConfig& m) {
+  const int heads = m.attention.heads;
+  const std::string mean = heads > 1 ? ", the mean of its " + std::to_string(heads) + " heads" : "";
+  if (m.decoder.type == LayerType::kSelfAttention)
+    return "cross-attention of the last decoder layer (layer " + std::to_string(m.decoder_layers) + " of " +
+           std::to_string(m.decoder_layers) + ")" + mean;
+  return heads > 1 && m.attention.type == AttentionType::kScaledDot ? "the attention" + mean : "";
+}
+
 // What one request asks of its model (the same for all its sentences).
 struct JobOptions {
   int beam = 1, nbest = 1;
@@ -76,6 +86,7 @@ class TranslationService::Worker {
              {"has_attention", run_.model->decoder->has_attention()},
              {"self_attention",  // which stacks are self-attention layers (the page's explanation offers their layers)
               {{"encoder", run_.model->encoder->is_self_attention()}, {"decoder", run_.model->decoder->is_self_attention()}}},
+             {"map", map_description(run_.cfg.model)},
              {"tokenizer", run_.cfg.data.tokenizer},
              {"subword", run_.tok.subword()},
              {"beam_size", run_.cfg.eval.beam_size},
