@@ -45,6 +45,7 @@ one() {  # $1: label, $2: slow clients beside the load (0: none), then extra ser
   rss1=$(awk '/VmRSS/ {print $2}' /proc/$pid/status)
   health=$(python3 -c "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1:$PORT/health').read().decode())")
   local t0 stopped
+  if [ -n "$slowpid" ]; then kill -USR1 $slowpid; sleep 0.2; fi  # what the deadline cut, before the stop closes the rest
   t0=$(date +%s.%N)
   kill -TERM $pid
   wait $pid || { echo "serve_load: the server exited with $? after SIGTERM" >&2; exit 1; }

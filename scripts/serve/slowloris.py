@@ -3,6 +3,7 @@
 finishing its request; a connection the server cuts is opened again at once.
 
     scripts/serve/slowloris.py PORT [N=70] [EVERY=3]     runs until SIGTERM/SIGINT, then prints what the server cut
+                                                         (SIGUSR1: prints it now, and stops counting)
 
 scripts/serve_load.sh runs one beside its load; scripts/serve/probe.py uses the class.
 """
@@ -67,11 +68,19 @@ if __name__ == "__main__":
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 70
     every = float(sys.argv[3]) if len(sys.argv) > 3 else 3.0
     stop = threading.Event()
+    start = time.time()
+    said = []
+
+    def say(*_):
+        if not said:
+            said.append(1)
+            print(f"slowloris: {n} connections, a byte every {every:g} s for {time.time() - start:.0f} s: {slow.cut} cut by the "
+                  f"server (and opened again), {slow.failed} could not reconnect", flush=True)
+
     signal.signal(signal.SIGTERM, lambda *a: stop.set())
     signal.signal(signal.SIGINT, lambda *a: stop.set())
-    start = time.time()
+    signal.signal(signal.SIGUSR1, say)
     slow = Slowloris(port, n, every)
     stop.wait()
     slow.stop()
-    print(f"slowloris: {n} connections, a byte every {every:g} s for {time.time() - start:.0f} s: {slow.cut} cut by the server "
-          f"(and opened again), {slow.failed} could not reconnect", flush=True)
+    say()

@@ -281,7 +281,7 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();  // the service has its own deadline (--timeout)
     closed_ = std::make_shared<std::atomic<bool>>(false);
     watch_for_close(generation_);
-    net::post(srv_.pool, [self = shared_from_this(), explain = r.explain, body = std::move(req.body()), closed = closed_] {
+    net::post(srv_.pool, [self = shared_from_this(), explain = r.explain, body = std::move(req.body()), closed = closed_]() mutable {
       const ClientClosed gone = [closed] { return closed->load(); };
       ApiReply reply;
       try {
@@ -290,7 +290,9 @@ class Session : public std::enable_shared_from_this<Session> {
         spdlog::error("serve: {}", e.what());
         reply = api_error(500, std::string("internal error: ") + e.what());
       }
-      net::post(self->srv_.io, [self, a = json_answer(reply)]() mutable { self->write(std::move(a)); });
+      // The session moves to the I/O thread: its last owner, whoever drops it, is never this thread.
+      net::io_context& io = self->srv_.io;
+      net::post(io, [self = std::move(self), a = json_answer(reply)]() mutable { self->write(std::move(a)); });
     });
   }
   // While its request is handled, whether the client closes its side (FIN) or resets: the service may then drop the
