@@ -41,7 +41,7 @@ std::string map_description(const ModelConfig& m) {
   if (m.decoder.type == LayerType::kSelfAttention)
     return "cross-attention of the last decoder layer (layer " + std::to_string(m.decoder_layers) + " of " +
            std::to_string(m.decoder_layers) + ")" + mean;
-  return heads > 1 && m.attention.type == AttentionType::kScaledDot ? "the attention" + mean : "";
+  return heads > 1 ? "the attention" + mean : "";  // model.attention.heads applies to scaled_dot alone
 }
 
 // What one request asks of its model (the same for all its sentences).
