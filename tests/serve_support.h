@@ -120,24 +120,38 @@ inline void expect_error(const HttpResult& r, int status, const std::string& wor
   EXPECT_NE(j.value("error", "").find(words), std::string::npos) << r.body;
 }
 
-// One raw HTTP/1.1 request on a new connection, for what http_request does not send: the answer as received until
-// the server closes (send "Connection: close"), or "" when there was none.
-inline std::string raw_exchange(int port, const std::string& request) {
+// A connected socket to 127.0.0.1:port (-1 when refused); reads time out after 10 s.
+inline int connect_to(int port) {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return "";
+  if (fd < 0) return -1;
   timeval tv{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   ::inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
-  std::string got;
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(request.size())) {
-    char buf[4096];
-    ssize_t n = 0;
-    while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
   }
+  return fd;
+}
+inline bool send_all(int fd, const std::string& s) { return ::send(fd, s.data(), s.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(s.size()); }
+// What the server sends until it closes (or 10 s pass).
+inline std::string read_all(int fd) {
+  std::string got;
+  char buf[4096];
+  ssize_t n = 0;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) got.append(buf, static_cast<size_t>(n));
+  return got;
+}
+
+// One raw HTTP/1.1 request on a new connection, for what http_request does not send: the answer as received until
+// the server closes (send "Connection: close"), or "" when there was none.
+inline std::string raw_exchange(int port, const std::string& request) {
+  const int fd = connect_to(port);
+  if (fd < 0) return "";
+  const std::string got = send_all(fd, request) ? read_all(fd) : "";
   ::close(fd);
   return got;
 }
