@@ -194,7 +194,6 @@ struct HttpServer::Impl {
   net::thread_pool pool;  // the API calls: each blocks while its request waits for the model
   bool stopping = false, destroying = false;  // I/O thread
   int port = 0;
-  int64_t refused_connections = 0;
 
   Impl(TranslationService& s, const HttpOptions& o) : svc(s), opt(o), pool(static_cast<size_t>(std::max(1, o.threads))) {}
   ~Impl() { destroying = true; }
@@ -382,7 +381,6 @@ void HttpServer::Impl::accept() {
     const net::ip::address from = socket.remote_endpoint(e).address();
     if (!make_room(from)) {
       // Every connection is busy with a request: say so in one non-blocking write, then close.
-      ++refused_connections;
       const std::string body = api_error(503, "too many connections (--max-connections " + std::to_string(opt.max_connections) +
                                                   ", --max-connections-per-client " + std::to_string(opt.max_connections_per_client) +
                                                   "); retry later").body.dump();
