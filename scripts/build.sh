@@ -4,6 +4,7 @@
 #   scripts/build.sh --pytorch  against the LibTorch inside PyPI's torch (scripts/setup.sh --pytorch installs it;
 #                               CUDA compiled in), in build-pytorch/ (or $BUILD_DIR); without .venv-pytorch, the
 #                               torch of the machine's python3. ATTNMT_DEPS=DIR: scripts/vendor_deps.sh's folder
+#   TARGETS="attnmt"            build only these targets (scripts/demo.sh builds the CLI alone, not the tests)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTORCH=0
@@ -31,5 +32,7 @@ cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@" >"$BUIL
   cat "$BUILD_DIR.configure.log" >&2; exit 1; }
 grep "^-- attnmt:" "$BUILD_DIR.configure.log" || true
 start=$(date +%s)
-cmake --build "$BUILD_DIR" -j "$JOBS"
+targets=()
+for t in ${TARGETS:-}; do targets+=(--target "$t"); done
+cmake --build "$BUILD_DIR" -j "$JOBS" "${targets[@]}"
 echo "build: done in $(( $(date +%s) - start ))s ($BUILD_DIR)"
