@@ -378,12 +378,6 @@ void count_decoder_steps(BenchRow& r, const Decoding& c, const SearchOptions& gs
 
 }  // namespace
 
-double peak_rss_mb() {
-  rusage u{};
-  getrusage(RUSAGE_SELF, &u);
-  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
-}
-
 std::vector<std::pair<std::string, AttentionConfig>> variants(const std::string& which) {
   std::vector<std::pair<std::string, AttentionConfig>> all = {
       {"none", {attention_type_from_string("none"), LuongScore::kDefault, 1, 0}},

@@ -75,7 +75,6 @@ struct BenchData {
 };
 
 // Process peak RSS in MB.
-double peak_rss_mb();
 // The benchmark's rows: the attention types over the RNN encoder-decoder, then the self-attention encoder-decoder
 // ("self_attention": 3 layers a side, 8 heads, scaled dot-product cross-attention with 8 heads). UsageError for an
 // unknown name.

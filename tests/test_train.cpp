@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <fstream>
+#include <sstream>
 #include <map>
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -588,6 +590,58 @@ TEST(Snapshots, OnePerValidationRowsSumToOneAndThePageShowsThemAll) {
   train(none, {}, torch::kCPU);
   EXPECT_TRUE(RunDir(none.run_dir).progress_snapshots().empty());
   EXPECT_NE(test::read_file(RunDir(none.run_dir).progress_index()).find("no attention"), std::string::npos);
+}
+
+// train.json's whole-run figures: one epoch trains on every target token once (<eos> included, padding not); a run
+// stopped and resumed counts what a straight run counts; training time excludes validation.
+TEST(Train, TheRunSummaryCountsTheWholeRunAcrossResumes) {
+  int64_t corpus_tokens = 0;
+  {
+    std::ifstream in(tiny_corpus() + "/train.fr");
+    std::string line;
+    while (std::getline(in, line)) {
+      std::istringstream words(line);
+      std::string w;
+      while (words >> w) ++corpus_tokens;
+      ++corpus_tokens;  // <eos>
+    }
+  }
+  ASSERT_GT(corpus_tokens, 96);
+  const std::string one = test::temp_dir("train_summary_epoch");
+  Config c = tiny_config(one);
+  c.train.epochs = 1;
+  train(c, {}, torch::kCPU);
+  const auto e = RunDir(one).read_train_summary();
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->target_tokens, corpus_tokens);
+  EXPECT_GT(e->valid_s, 0.0);
+  EXPECT_GT(e->train_s(), 0.0);
+  EXPECT_NEAR(e->train_s() + e->valid_s, e->elapsed_s, 1e-9);
+  EXPECT_NEAR(e->tokens_per_s(), static_cast<double>(corpus_tokens) / e->train_s(), 1e-6);
+  EXPECT_GT(e->peak_rss_mb, 10.0);
+  EXPECT_NE(test::read_file(one + "/train.log").find("whole run: " + std::to_string(corpus_tokens) + " target tokens"),
+            std::string::npos);
+
+  const std::string straight = test::temp_dir("train_summary_straight"), resumed = test::temp_dir("train_summary_resumed");
+  Config a = tiny_config(straight), b = tiny_config(resumed);
+  a.train.max_steps = 10;
+  b.train.max_steps = 4;  // a validation step (valid_every 4): resumable from last.pt
+  train(a, {}, torch::kCPU);
+  train(b, {}, torch::kCPU);
+  const auto half = RunDir(resumed).read_train_summary();
+  ASSERT_TRUE(half.has_value());
+  b.train.max_steps = 10;
+  TrainOptions resume;
+  resume.resume = true;
+  train(b, resume, torch::kCPU);
+  const auto sa = RunDir(straight).read_train_summary(), sb = RunDir(resumed).read_train_summary();
+  ASSERT_TRUE(sa.has_value());
+  ASSERT_TRUE(sb.has_value());
+  EXPECT_EQ(sb->step, 10);
+  EXPECT_GT(sa->target_tokens, half->target_tokens);
+  EXPECT_EQ(sb->target_tokens, sa->target_tokens);
+  EXPECT_GT(sb->valid_s, half->valid_s);  // the first process's validations are kept
+  EXPECT_GE(sb->elapsed_s, half->elapsed_s);
 }
 
 // Every run says what ended it, in the log and in train.json (what `compare` and the lab report): each limit in turn.

@@ -3,6 +3,7 @@
 #include "common/host.h"
 
 #include <strings.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <array>
@@ -291,6 +292,12 @@ std::string build_description() {
   if (!at::detail::getCUDAHooks().hasCUDART()) return d + ", CPU only";
   const long v = at::detail::getCUDAHooks().versionCUDART();  // e.g. 13000
   return d + " with CUDA " + std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+}
+
+double peak_rss_mb() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
 }
 
 std::string cuda_unavailable_reason() {

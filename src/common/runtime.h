@@ -97,6 +97,9 @@ const char* libtorch_version();
 // "LibTorch 2.14.1 with CUDA 13.0" or "LibTorch 1.13.0, CPU only": what --version prints after attnmt's own.
 std::string build_description();
 
+// This process's peak resident memory so far, in MiB (getrusage).
+double peak_rss_mb();
+
 // Why CUDA cannot be used here ("" when it can): a LibTorch built without CUDA, or no visible device.
 std::string cuda_unavailable_reason();
 

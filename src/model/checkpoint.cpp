@@ -58,6 +58,9 @@ void save_checkpoint(const std::string& path, Seq2Seq& model, torch::optim::Opti
     ar.write("plateau_bad", i64(st.plateau_bad));
     ar.write("lr", f64(st.lr));
     ar.write("elapsed_s", f64(st.elapsed_s));
+    ar.write("target_tokens", i64(st.target_tokens));
+    ar.write("valid_s", f64(st.valid_s));
+    ar.write("peak_rss_mb", f64(st.peak_rss_mb));
     ar.write("finished", i64(st.finished));
     ar.write("rng_cpu", at::detail::getDefaultCPUGenerator().get_state());
     for (size_t r = 1; r < opt.rank_rng.size(); ++r) ar.write("rng_cpu_rank" + std::to_string(r), opt.rank_rng[r]);
@@ -230,6 +233,15 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
     st.plateau_bad = i64("plateau_bad");
     st.lr = f64("lr");
     st.elapsed_s = f64("elapsed_s");
+    // Whole-run figures (absent from checkpoints of earlier versions: they count from this resume on).
+    auto f64_or_0 = [&](const char* k) {
+      torch::Tensor t;
+      return ar.try_read(k, t) ? host_scalar<double>(t) : 0.0;
+    };
+    torch::Tensor tokens;
+    st.target_tokens = ar.try_read("target_tokens", tokens) ? host_scalar<int64_t>(tokens) : 0;
+    st.valid_s = f64_or_0("valid_s");
+    st.peak_rss_mb = f64_or_0("peak_rss_mb");
     st.finished = i64("finished") != 0;
     torch::Tensor rng;
     ar.read("rng_cpu", rng);

@@ -26,6 +26,9 @@ struct TrainerState {
   int64_t plateau_bad = 0;     // LR schedule counter
   double lr = 0;               // current learning rate
   double elapsed_s = 0;        // training time before this process
+  int64_t target_tokens = 0;   // target tokens trained on, <eos> included, padding not (whole run)
+  double valid_s = 0;          // of elapsed_s: time in validations and their checkpoint writes
+  double peak_rss_mb = 0;      // the highest peak resident memory of the run's processes so far
   bool finished = false;       // training ended (epochs, max_steps, early stopping)
 };
 

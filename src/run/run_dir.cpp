@@ -43,7 +43,11 @@ std::optional<MetricsRecord> MetricsRecord::parse(const std::string& line) {
 }
 
 nlohmann::json TrainSummary::to_json() const {
-  return {{"ended_by", ended_by}, {"step", step}, {"epochs", epochs}, {"elapsed_s", elapsed_s}, {"metric", metric},
+  return {{"ended_by", ended_by},       {"step", step},
+          {"epochs", epochs},           {"elapsed_s", elapsed_s},
+          {"train_s", train_s()},       {"valid_s", valid_s},
+          {"target_tokens", target_tokens}, {"tokens_per_s", tokens_per_s()},
+          {"peak_rss_mb", peak_rss_mb}, {"metric", metric},
           {"best_metric", best_metric}};
 }
 
@@ -60,6 +64,9 @@ std::optional<TrainSummary> RunDir::read_train_summary() const {
     s.step = j.value("step", int64_t{0});
     s.epochs = j.value("epochs", 0.0);
     s.elapsed_s = j.value("elapsed_s", 0.0);
+    s.valid_s = j.value("valid_s", 0.0);
+    s.target_tokens = j.value("target_tokens", int64_t{0});
+    s.peak_rss_mb = j.value("peak_rss_mb", 0.0);
     s.metric = j.value("metric", std::string());
     s.best_metric = j.value("best_metric", 0.0);
   } catch (const nlohmann::json::exception&) {

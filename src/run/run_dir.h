@@ -33,8 +33,13 @@ struct TrainSummary {
   int64_t step = 0;        // updates done
   double epochs = 0;       // passes over the training data (fractional)
   double elapsed_s = 0;    // training time, validations included
+  double valid_s = 0;      // of elapsed_s: validations and their checkpoint writes
+  int64_t target_tokens = 0;  // target tokens trained on (<eos> included, padding not), all epochs and resumes
+  double peak_rss_mb = 0;  // the highest peak resident memory of the run's (main) processes, MiB
   std::string metric;      // the early-stopping metric (bleu | ppl)
   double best_metric = 0;  // its best validation value
+  double train_s() const { return elapsed_s - valid_s; }  // training alone
+  double tokens_per_s() const { return train_s() > 0 ? static_cast<double>(target_tokens) / train_s() : 0.0; }
   nlohmann::json to_json() const;
 };
 

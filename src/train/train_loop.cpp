@@ -310,6 +310,7 @@ StepResult TrainingLoop::step(const std::vector<int64_t>& rows) {
   window_loss_ += sr.loss_sum;
   if (sr.pending.defined()) window_pending_ = window_pending_.defined() ? window_pending_ + sr.pending : sr.pending;
   window_tokens_ += batch_tokens;
+  st_.target_tokens += batch_tokens;
   return sr;
 }
 
@@ -332,6 +333,7 @@ void TrainingLoop::show_progress() {
 // Validation at the current step: figures, metrics.jsonl, curves, snapshots, best.pt and last.pt (and a periodic
 // checkpoint), early stopping; the window starts again.
 void TrainingLoop::validate(int64_t reported_epoch) {
+  const double started = monotonic_s();
   ValidationResult v = trainer_.validate(data_, cfg_);
   MetricsRecord m;
   m.step = st_.step;
@@ -361,7 +363,12 @@ void TrainingLoop::validate(int64_t reported_epoch) {
     if (main_rank_) dir_.prune_periodic_checkpoints(t_.keep_checkpoints - 1);
     paths.push_back(dir_.periodic_checkpoint(st_.step));
   }
+  // The checkpoint records the time up to its writing (as elapsed_s does); the writing itself is added after.
+  st_.valid_s += monotonic_s() - started;
+  st_.peak_rss_mb = std::max(st_.peak_rss_mb, peak_rss_mb());
+  const double writing = monotonic_s();
   trainer_.save(paths);
+  st_.valid_s += monotonic_s() - writing;
   window_loss_ = 0;
   window_pending_ = torch::Tensor();
   window_tokens_ = 0;
@@ -385,19 +392,23 @@ TrainResult TrainingLoop::finish() {
   st_.finished = true;
   trainer_.save({dir_.last()});
   result_.ended_by = trainer_.stop_reason();
+  st_.peak_rss_mb = std::max(st_.peak_rss_mb, peak_rss_mb());
+  TrainSummary ts;
+  ts.ended_by = result_.ended_by;
+  ts.step = st_.step;
+  ts.epochs = static_cast<double>(st_.epoch) + static_cast<double>(st_.batch_in_epoch) / std::max<double>(1.0, static_cast<double>(per_epoch_));
+  ts.elapsed_s = st_.elapsed_s;
+  ts.valid_s = st_.valid_s;
+  ts.target_tokens = st_.target_tokens;
+  ts.peak_rss_mb = st_.peak_rss_mb;
+  ts.metric = t_.early_stopping.metric;
+  ts.best_metric = st_.best_metric;
   spdlog::info("training done at step {} ({:.1f} s), ended by {}; best {} {:.3f}; checkpoints {} and {}{}", st_.step,
                st_.elapsed_s, describe_stop(result_.ended_by, t_), t_.early_stopping.metric, st_.best_metric, dir_.best(),
                dir_.last(), comm_note());
-  if (main_rank_) {
-    TrainSummary ts;
-    ts.ended_by = result_.ended_by;
-    ts.step = st_.step;
-    ts.epochs = static_cast<double>(st_.epoch) + static_cast<double>(st_.batch_in_epoch) / std::max<double>(1.0, static_cast<double>(per_epoch_));
-    ts.elapsed_s = st_.elapsed_s;
-    ts.metric = t_.early_stopping.metric;
-    ts.best_metric = st_.best_metric;
-    dir_.write_train_summary(ts);
-  }
+  spdlog::info("whole run: {} target tokens in {:.1f} s of training ({:.0f} tokens/s; validation {:.1f} s more), peak memory {:.0f} MiB{}",
+               ts.target_tokens, ts.train_s(), ts.tokens_per_s(), ts.valid_s, ts.peak_rss_mb, dist_ ? " (rank 0)" : "");
+  if (main_rank_) dir_.write_train_summary(ts);
   result_.state = st_;
   return result_;
 }
