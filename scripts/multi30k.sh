@@ -4,9 +4,10 @@
 # and writes a comparison to runs/multi30k_report/.
 # Usage: scripts/multi30k.sh [MODEL...]
 #   MODEL: none bahdanau luong scaled_dot (words; the default is these four)
-#          spm_none spm_bahdanau spm_scaled_dot (SentencePiece pieces)
-# Checkpoint: best.pt (best validation BLEU) or the mean of best.pt and last.pt, whichever scores
-# higher on the validation set (beam 5); the test set is decoded once, with that choice.
+#          spm_none spm_bahdanau spm_scaled_dot spm_self_attention (SentencePiece pieces)
+# Checkpoint: best.pt (best validation BLEU), the mean of best.pt and last.pt, or the mean of the last 5
+# validation checkpoints (configs with train.keep_checkpoints), whichever scores highest on the validation set
+# (beam 5); the test set is decoded once, with that choice.
 # Data: ../shared/data/multi30k/ (or scripts/fetch_multi30k.sh, then --set paths in the configs).
 # BIN=/path/to/attnmt uses another binary (a copy, so that the tree can be rebuilt meanwhile).
 set -euo pipefail
@@ -25,14 +26,22 @@ for m in "${MODELS[@]}"; do
   [ -f "$cfg" ] || { echo "multi30k: no config $cfg" >&2; exit 2; }
   run=runs/multi30k_$m
   "$BIN" train -c "$cfg" --overwrite
+  # Candidates: best.pt, the mean of best.pt and last.pt, and (when the config keeps them) the mean of the last 5
+  # validation checkpoints; the one with the highest validation BLEU (beam 5) decodes the test set.
   "$BIN" average --run "$run" --checkpoints "$run/best.pt" "$run/last.pt" --out "$run/avg_best_last.pt"
-  "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint best
-  best=$(bleu_of "$run/eval/valid.json")
-  "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint "$run/avg_best_last.pt"
-  avg=$(bleu_of "$run/eval/valid.json")
-  ckpt=best
-  if awk -v a="$avg" -v b="$best" 'BEGIN { exit !(a > b) }'; then ckpt=$run/avg_best_last.pt; fi
-  echo "multi30k: $m: validation BLEU best.pt $best, mean of best.pt and last.pt $avg; test with $ckpt"
+  cands=(best "$run/avg_best_last.pt")
+  if compgen -G "$run/ckpt-*.pt" > /dev/null; then
+    "$BIN" average --run "$run" --last 5 --out "$run/avg_last5.pt"
+    cands+=("$run/avg_last5.pt")
+  fi
+  ckpt="" top=""
+  for c in "${cands[@]}"; do
+    "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint "$c"
+    b=$(bleu_of "$run/eval/valid.json")
+    echo "multi30k: $m: validation BLEU (beam 5) with $c: $b"
+    if [ -z "$top" ] || awk -v a="$b" -v t="$top" 'BEGIN { exit !(a > t) }'; then ckpt=$c top=$b; fi
+  done
+  echo "multi30k: $m: test with $ckpt (validation BLEU $top)"
   "$BIN" evaluate --run "$run" --beam 5 --checkpoint "$ckpt"
   runs+=("$run")
 done
