@@ -1,4 +1,5 @@
-// attnmt evaluate --run DIR [--split test|valid] [--src F --ref F] [--align F] [--beam K] [--checkpoint best|last|FILE]
+// attnmt evaluate --run DIR [--split test|valid] [--src F --ref F] [--align F] [--beam K] [--length-penalty A]
+//                 [--checkpoint best|last|FILE]
 #include <cstdio>
 
 #include "commands.h"
@@ -23,6 +24,8 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
   ref->needs(src);
   app->add_option("--align", opt->req.align, "Gold alignments, Pharaoh format (default: the split's align file)");
   app->add_option("--beam", opt->req.beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
+  app->add_option("--length-penalty", opt->req.length_penalty, "GNMT length penalty alpha (default: the run's " +
+                  config_key(defaults(), &defaults().eval.length_penalty) + ")")->check(CLI::Range(0.0, 5.0));
   app->add_option("--checkpoint", opt->checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")->capture_default_str();
   return {app, [opt, &g]() -> int {
             LoadedRun run = load_run(opt->run, opt->checkpoint, g.device);
@@ -34,7 +37,7 @@ Command setup_evaluate(CLI::App& parent, const GlobalOptions& g) {
               std::string range = std::to_string(b.min) + "-" + (b.max < 0 ? std::string("") : std::to_string(b.max));
               std::printf("%-12s %8lld %8.2f\n", range.c_str(), static_cast<long long>(b.count), b.bleu);
             }
-            std::printf("beam %d, %lld sentences in %.1f s (%.1f sentences/s)", r.beam_size,
+            std::printf("beam %d (length penalty %.2f), %lld sentences in %.1f s (%.1f sentences/s)", r.beam_size, r.length_penalty,
                         static_cast<long long>(r.sentences), r.decode_s, r.sentences_per_s);
             if (r.ppl) std::printf(", perplexity %.2f", *r.ppl);
             if (r.aer) std::printf(", AER %.3f, attention entropy %.3f", *r.aer, *r.attention_entropy);

@@ -167,6 +167,7 @@ class LineReader {
 struct TranslateOptions {
   std::string run;                  // run directory
   int beam = 0;                     // 0 = the config's eval.beam_size
+  double length_penalty = -1;       // < 0: the config's eval.length_penalty
   std::string input, output;        // files; stdin/stdout when empty
   std::string checkpoint = "best";  // best | last | a checkpoint file
   OutputFormat fmt;
@@ -175,6 +176,8 @@ struct TranslateOptions {
 void add_translate_options(CLI::App* app, TranslateOptions& o) {
   app->add_option("--run,-r", o.run, "Run directory")->required();
   app->add_option("--beam", o.beam, "Beam size (default: the run's " + config_key(defaults(), &defaults().eval.beam_size) + ")")->check(CLI::Range(1, 100));
+  app->add_option("--length-penalty", o.length_penalty, "GNMT length penalty alpha (default: the run's " +
+                  config_key(defaults(), &defaults().eval.length_penalty) + ")")->check(CLI::Range(0.0, 5.0));
   app->add_option("--input,-i", o.input, "Input file (default: stdin)");
   app->add_option("--output,-o", o.output, "Output file (default: stdout)");
   app->add_option("--checkpoint", o.checkpoint, "best | last | a checkpoint file of this run's model (e.g. from `attnmt average`)")
@@ -201,7 +204,7 @@ void add_translate_options(CLI::App* app, TranslateOptions& o) {
 
 // The search the options ask for, checked against the run (n-best within the beam, alignments need attention).
 SearchOptions translate_search(const LoadedRun& run, const TranslateOptions& o) {
-  SearchOptions so = search_options(run.cfg.eval, o.beam);
+  SearchOptions so = search_options(run.cfg.eval, o.beam, o.length_penalty);
   if (o.fmt.nbest > so.beam_size)
     throw UsageError("--nbest " + std::to_string(o.fmt.nbest) + " exceeds the beam size " + std::to_string(so.beam_size) +
                      " (a beam search keeps at most that many hypotheses); raise --beam");

@@ -274,6 +274,7 @@ TEST(BadInputCatalogue, RunDirectoriesAndFlags) {
       {"unknown subcommand", "fly -c {W}/good.json", 2, "fly"},
       {"conflicting flags", "train -c {W}/good.json --resume --overwrite", 2, "--overwrite"},
       {"beam 0", "translate -r {W}/run --beam 0 -i {W}/one_line.src", 2, "--beam"},
+      {"negative length penalty", "translate -r {W}/run --length-penalty -1 -i {W}/one_line.src", 2, "--length-penalty"},
       {"n-best above the beam", "translate -r {W}/run --beam 2 --nbest 3 -i {W}/one_line.src", 2, "--nbest 3"},
       {"unknown alignment kind", "translate -r {W}/run --alignment fuzzy -i {W}/one_line.src", 2, "--alignment"},
       {"alignment threshold with soft alignments", "translate -r {W}/run --alignment soft --alignment-threshold 0.3 -i {W}/one_line.src",

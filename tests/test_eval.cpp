@@ -82,6 +82,16 @@ TEST(Evaluate, CliWritesHypothesesAndJson) {
   EXPECT_EQ(total, 12);
   std::string hyp = test::read_file(run + "/eval/test.hyp");
   EXPECT_EQ(std::count(hyp.begin(), hyp.end(), '\n'), 12);
+  const double configured = j["length_penalty"].get<double>();  // the run's eval.length_penalty
+  EXPECT_DOUBLE_EQ(configured, Config().eval.length_penalty);
+  // --length-penalty overrides the config's for this decode, and the JSON says which was used.
+  r = test::run_cli("evaluate --run " + run + " --length-penalty 2.5");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("length penalty 2.50"), std::string::npos) << r.output;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(test::read_file(run + "/eval/test.json"))["length_penalty"].get<double>(), 2.5);
+  r = test::run_cli("evaluate --run " + run + " --length-penalty 9");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--length-penalty"), std::string::npos) << r.output;
   r = test::run_cli("evaluate --run " + run + " --beam 0");
   EXPECT_EQ(r.code, 2) << r.output;
   r = test::run_cli("evaluate --run /nonexistent/run");

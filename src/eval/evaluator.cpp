@@ -24,6 +24,7 @@ EvalResult evaluate_sentences(LoadedRun& run, const std::vector<std::string>& sr
     throw UsageError("source has " + std::to_string(srcs.size()) + " lines, reference has " + std::to_string(refs.size()));
   EvalResult r;
   r.beam_size = opt.beam_size;
+  r.length_penalty = opt.length_penalty;
   r.sentences = static_cast<int64_t>(srcs.size());
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Translation> tr = Translator(run, opt).best(srcs);
@@ -123,7 +124,7 @@ EvalResult evaluate_run(LoadedRun& run, const std::string& run_dir, const EvalRe
     }
     aligns = read_alignments(align, &sl, &tl);
   }
-  SearchOptions so = search_options(run.cfg.eval, req.beam);
+  SearchOptions so = search_options(run.cfg.eval, req.beam, req.length_penalty);
   std::vector<std::string> hyps;
   EvalResult r = evaluate_sentences(run, srcs, refs, align.empty() ? nullptr : &aligns, so, &hyps);
   const RunDir dir(run_dir);

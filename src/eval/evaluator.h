@@ -24,6 +24,7 @@ struct EvalRequest {
   std::string split = "test";   // test | valid: files from the run's config
   std::string src, ref, align;  // explicit files instead (align may be given with a split too)
   int beam = 0;                 // 0 = the config's eval.beam_size
+  double length_penalty = -1;   // < 0: the config's eval.length_penalty
 };
 
 // Decodes the requested files with a loaded run, writes run_dir/eval/<name>.hyp and <name>.json

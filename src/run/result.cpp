@@ -6,7 +6,7 @@ nlohmann::json EvalResult::to_json() const {
   nlohmann::json j = {{"bleu", bleu},           {"bleu_lc", bleu_lc},   {"chrf", chrf},
                       {"unk_rate", unk_rate},   {"signature", signature},
                       {"chrf_signature", chrf_signature},           {"bleu_line", bleu_line},
-                      {"beam_size", beam_size}, {"sentences", sentences}, {"decode_s", decode_s},
+                      {"beam_size", beam_size}, {"length_penalty", length_penalty}, {"sentences", sentences}, {"decode_s", decode_s},
                       {"sentences_per_s", sentences_per_s}};
   j["by_length"] = nlohmann::json::array();
   for (const auto& b : by_length)
@@ -28,6 +28,7 @@ EvalResult EvalResult::from_json(const nlohmann::json& j) {
   r.chrf_signature = j.value("chrf_signature", "");
   r.bleu_line = j.value("bleu_line", "");
   r.beam_size = j.value("beam_size", 1);
+  r.length_penalty = j.value("length_penalty", 0.0);
   r.sentences = j.value("sentences", int64_t{0});
   r.decode_s = j.value("decode_s", 0.0);
   r.sentences_per_s = j.value("sentences_per_s", 0.0);

@@ -21,6 +21,7 @@ struct EvalResult {
   double unk_rate = 0;  // share of the hypotheses' tokens that are <unk>
   std::string signature, chrf_signature, bleu_line;
   int beam_size = 1;
+  double length_penalty = 0;  // GNMT α of the search
   int64_t sentences = 0;
   double decode_s = 0, sentences_per_s = 0;
   std::vector<BucketScore> by_length;

@@ -17,10 +17,10 @@
 
 namespace attnmt {
 
-SearchOptions search_options(const EvalConfig& eval, int beam) {
+SearchOptions search_options(const EvalConfig& eval, int beam, double length_penalty) {
   SearchOptions so;
   so.beam_size = beam > 0 ? beam : eval.beam_size;
-  so.length_penalty = eval.length_penalty;
+  so.length_penalty = length_penalty >= 0 ? length_penalty : eval.length_penalty;
   so.max_len_ratio = eval.max_len_ratio;
   return so;
 }

@@ -40,7 +40,8 @@ struct SearchCancelled : std::runtime_error {
 };
 
 // The search options a run's eval config gives (beam > 0 overrides eval.beam_size).
-SearchOptions search_options(const EvalConfig& eval, int beam = 0);
+// beam <= 0 and length_penalty < 0 take the config's eval.beam_size and eval.length_penalty.
+SearchOptions search_options(const EvalConfig& eval, int beam = 0, double length_penalty = -1);
 
 // What a search computed: decoder steps run and rows advanced in them (summed over steps).
 struct SearchStats {
