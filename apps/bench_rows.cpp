@@ -1,6 +1,5 @@
 #include "bench_rows.h"
 
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>

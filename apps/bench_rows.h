@@ -74,7 +74,6 @@ struct BenchData {
   int64_t S = 0, T = 0;      // padded source and target lengths
 };
 
-// Process peak RSS in MB.
 // The benchmark's rows: the attention types over the RNN encoder-decoder, then the self-attention encoder-decoder
 // ("self_attention": 3 layers a side, 8 heads, scaled dot-product cross-attention with 8 heads). UsageError for an
 // unknown name.
