@@ -100,6 +100,12 @@ TEST(Config, InputFeedingForNone) {
 }
 // Each key set where it means nothing is refused naming the key and where it applies (the key table's Key::applies),
 // and accepted where it applies.
+TEST(Config, TiedOutputNeedsTheEmbeddingSize) {
+  expect_bad(json::parse(R"({"model":{"tie_output":true,"embed_dim":64,"hidden_dim":128}})"),
+             {"model.tie_output", "needs model.hidden_dim (128) equal to model.embed_dim (64)"});
+  const Config c = config_from_json(json::parse(R"({"model":{"tie_output":true,"embed_dim":96,"hidden_dim":96}})"));
+  EXPECT_TRUE(c.model.tie_output);
+}
 TEST(Config, EachKeyOnlyWhereItApplies) {
   expect_bad(json::parse(R"({"model":{"attention":{"type":"luong","score":"dot","dim":64}}})"),
              {"model.attention.dim", "has no effect for type 'luong' with score 'dot'"});
@@ -113,6 +119,10 @@ TEST(Config, EachKeyOnlyWhereItApplies) {
              {"model.input_feeding", "only applies to types 'luong' and 'scaled_dot', not 'bahdanau'"});
   expect_bad(json::parse(R"({"data":{"tokenizer":"13a","spm":{"src_model":"a.model","tgt_model":"b.model"}}})"),
              {"data.spm.src_model", "only applies to tokenizer 'sentencepiece', not '13a'"});
+  expect_bad(json::parse(R"({"train":{"lr_schedule":{"type":"plateau","start":100}}})"),
+             {"train.lr_schedule.start", "only applies to type 'step', not 'plateau'"});
+  EXPECT_NO_THROW(attnmt::config_from_json(json::parse(R"({"train":{"lr_schedule":{"type":"step","start":100,"every":50}}})")));
+  expect_bad(json::parse(R"({"train":{"lr_schedule":{"type":"step","every":0}}})"), {"train.lr_schedule.every"});
   // A pair given by halves is said first, whatever the tokenizer.
   expect_bad(json::parse(R"({"data":{"spm":{"tgt_model":"b.model"}}})"), {"data.spm.src_model", "given together"});
 }

@@ -530,6 +530,49 @@ TEST(Model, EveryAttentionTypeOverfitsEightPairs) {
 
 #include "model/flops.h"
 
+// model.tie_output: the output layer's weights are the target embedding table (one tensor, one parameter), in the
+// RNN and the self-attention decoder alike; only the bias is the output layer's own.
+TEST(Model, TiedOutputLayerIsTheEmbeddingTable) {
+  TinyBatch b = tiny_batch();
+  for (ModelConfig m : {tiny_model("bahdanau"), with_stacks(tiny_model("scaled_dot", "", 2), LayerType::kSelfAttention,
+                                                            LayerType::kSelfAttention)}) {
+    m.embed_dim = m.hidden_dim = 12;
+    torch::manual_seed(0);
+    Seq2Seq untied(m, 20, 20);
+    m.tie_output = true;
+    torch::manual_seed(0);
+    Seq2Seq tied(m, 20, 20);
+    EXPECT_EQ(untied->parameter_count() - tied->parameter_count(), 12 * 20) << name_of(m);  // W_o [V, H] is gone
+    const auto params = tied->named_parameters();
+    EXPECT_EQ(params.find("decoder.out.weight"), nullptr) << name_of(m);
+    ASSERT_NE(params.find("decoder.out_bias"), nullptr) << name_of(m);
+    const torch::Tensor table = params["decoder.embed.weight"];
+    // N(0, 1/E) so that the first logits are of unit scale; the padding row zero
+    EXPECT_NEAR(table.slice(0, 1).std().item<double>(), 1.0 / std::sqrt(12.0), 0.05) << name_of(m);
+    EXPECT_EQ(table[Vocab::kPad].abs().sum().item<float>(), 0.0f) << name_of(m);
+    {
+      torch::NoGradGuard ng;
+      params["decoder.out_bias"].copy_(torch::linspace(-1, 1, 20));
+    }
+    const torch::Tensor r = torch::randn({5, 12});
+    const torch::Tensor want = torch::matmul(r, table.t()) + params["decoder.out_bias"];
+    tied->train();  // training's product
+    EXPECT_TRUE(torch::allclose(tied->decoder->logits(r), want, 1e-5, 1e-5)) << name_of(m);
+    tied->eval();
+    {
+      torch::NoGradGuard ng;  // decoding's packed product
+      EXPECT_TRUE(torch::allclose(tied->decoder->logits(r), want, 1e-5, 1e-5)) << name_of(m);
+    }
+    // The output layer trains the table: <eos> never enters tgt_in, so its row's gradient comes from the logits alone.
+    tied->train();
+    tied->zero_grad();
+    (tied->forward(b.src, b.len, b.mask, b.tgt_in).logits * torch::randn({3, 4, 20})).sum().backward();
+    ASSERT_TRUE(table.grad().defined()) << name_of(m);
+    EXPECT_GT(table.grad()[Vocab::kEos].abs().sum().item<double>(), 0.0) << name_of(m);
+    EXPECT_FALSE(torch::any(b.tgt_in.eq(Vocab::kEos)).item<bool>());
+  }
+}
+
 TEST(Flops, HandCountForATinyBahdanauModel) {
   // E=4, H=6 (bidirectional: 3 per direction), A=6, V=10, B=2, S=3, T=5, GRU, one layer each.
   ModelConfig m;

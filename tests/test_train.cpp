@@ -113,6 +113,30 @@ TEST(Train, ResumeGivesTheSameTrajectory) {
   test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "valid_bleu"});
 }
 
+// lr_schedule `step`: the rate is halved after update 3 and after every 2 from there (3, 5, 7, ...), by the update
+// count alone, so a run stopped at 4 and resumed halves it at 5, 7 and 9 as the straight run does.
+TEST(Train, StepScheduleReducesTheRateAtItsUpdatesAndResumesThere) {
+  const auto config = [](const std::string& dir) {
+    Config c = tiny_config(dir);
+    c.train.lr = 0.008;
+    c.train.valid_every = 2;
+    c.train.lr_schedule.type = "step";
+    c.train.lr_schedule.start = 3;
+    c.train.lr_schedule.every = 2;
+    c.train.lr_schedule.factor = 0.5;
+    validate(c);
+    return c;
+  };
+  const auto t = test::train_straight_and_resumed("step_lr", config, 4, 10);
+  ASSERT_EQ(t.straight.size(), 5u);  // validations at updates 2, 4, 6, 8, 10
+  const std::vector<double> want = {0.008, 0.004, 0.002, 0.001, 0.0005};
+  for (size_t i = 0; i < want.size(); ++i) {
+    EXPECT_EQ(t.straight[i]["step"].get<int64_t>(), 2 * static_cast<int64_t>(i + 1));
+    EXPECT_DOUBLE_EQ(t.straight[i]["lr"].get<double>(), want[i]) << "at validation " << i;
+  }
+  test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "lr"});
+}
+
 TEST(Train, TokenBatchesAreDeterministicAndResumeExactly) {
   std::string a = test::temp_dir("tok_a"), b = test::temp_dir("tok_b"), split = test::temp_dir("tok_split");
   auto config = [](const std::string& dir, int steps) {

@@ -135,7 +135,8 @@ std::string describe_model(const ModelConfig& m) {
   if (m.attention.type == AttentionType::kNone) a = "no attention (fixed context)";
   if (!m.attention.scale) a += ", unscaled";
   if (!m.attention.mask) a += ", padding unmasked";
-  return side(m.encoder, m.encoder_layers, false) + ", " + side(m.decoder, m.decoder_layers, true) + ", " + a;
+  const std::string tied = m.tie_output ? ", output layer tied to the target embeddings" : "";
+  return side(m.encoder, m.encoder_layers, false) + ", " + side(m.decoder, m.decoder_layers, true) + ", " + a + tied;
 }
 
 namespace {

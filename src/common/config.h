@@ -97,6 +97,7 @@ struct ModelConfig {
   bool bidirectional = true; // bidirectional encoder
   double dropout = 0.1;      // dropout on embeddings, between layers and before the output layer
   bool input_feeding = false;  // luong/scaled_dot: feed the attentional state into the next step
+  bool tie_output = false;     // the output layer's weights are the target embeddings (needs hidden_dim == embed_dim)
   AttentionConfig attention; // how the decoder gets its context
   StackConfig encoder;       // model.encoder.*: rnn (default) or self_attention
   StackConfig decoder;       // model.decoder.*: rnn (default) or self_attention
@@ -108,10 +109,12 @@ struct EarlyStoppingConfig {
 };
 
 struct LrScheduleConfig {
-  std::string type = "none";  // none | plateau
-  double factor = 0.5;        // plateau: multiply the learning rate by this
+  std::string type = "none";  // none | plateau | step
+  double factor = 0.5;        // plateau, step: multiply the learning rate by this
   int patience = 1;           // plateau: validations without improvement before reducing
-  double min_lr = 1e-6;       // plateau: never go below this
+  double min_lr = 1e-6;       // plateau, step: never go below this
+  int start = 0;              // step: the first update after which the rate is reduced
+  int every = 1000;           // step: then after every this many updates
 };
 
 struct TrainConfig {

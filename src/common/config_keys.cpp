@@ -329,6 +329,13 @@ const std::vector<Key>& keys() {
                              return "only applies to types 'luong' and 'scaled_dot', not '" + to_string(c.model.attention.type) + "'";
                            return c.model.decoder.type == LayerType::kSelfAttention ? "only applies to an RNN decoder" : "";
                          }));
+    t.push_back(applying(boolean("model.tie_output", [](Config& c) -> bool& { return c.model.tie_output; },
+                                 "the output layer's weights are the target embeddings (Press & Wolf 2017)"),
+                         "hidden_dim equal to embed_dim", [](const Config& c) -> std::string {
+                           if (c.model.hidden_dim == c.model.embed_dim) return "";
+                           return "needs model.hidden_dim (" + std::to_string(c.model.hidden_dim) + ") equal to model.embed_dim (" +
+                                  std::to_string(c.model.embed_dim) + "): the output layer reads hidden_dim features";
+                         }));
     t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
                             attention_type_from_string,
                             attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
@@ -427,13 +434,24 @@ const std::vector<Key>& keys() {
     t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },
                         at_least(0, "0 = never stop early"), "stop after this many validations without improvement"));
     t.push_back(choice("train.lr_schedule.type", [](Config& c) -> std::string& { return c.train.lr_schedule.type; },
-                       {"none", "plateau"}, "`plateau`: reduce the learning rate when the early-stopping metric stalls"));
+                       {"none", "plateau", "step"},
+                       "`plateau`: reduce the learning rate when the early-stopping metric stalls; `step`: after update `start`, "
+                       "then every `every` updates"));
     t.push_back(number("train.lr_schedule.factor", [](Config& c) -> double& { return c.train.lr_schedule.factor; }, open(0, 1),
-                       "plateau: multiply the learning rate by this"));
+                       "plateau, step: multiply the learning rate by this"));
     t.push_back(integer("train.lr_schedule.patience", [](Config& c) -> int& { return c.train.lr_schedule.patience; }, at_least(0),
                         "plateau: validations without improvement before reducing"));
     t.push_back(number("train.lr_schedule.min_lr", [](Config& c) -> double& { return c.train.lr_schedule.min_lr; }, at_least(0),
-                       "plateau: never go below this"));
+                       "plateau, step: never go below this"));
+    auto step_only = [](const Config& c) -> std::string {
+      return c.train.lr_schedule.type == "step" ? "" : "only applies to type 'step', not '" + c.train.lr_schedule.type + "'";
+    };
+    t.push_back(applying(integer("train.lr_schedule.start", [](Config& c) -> int& { return c.train.lr_schedule.start; },
+                                 at_least(0), "step: reduce the rate after this update (0: first after `every` updates)"),
+                         "type `step`", step_only));
+    t.push_back(applying(integer("train.lr_schedule.every", [](Config& c) -> int& { return c.train.lr_schedule.every; },
+                                 at_least(1), "step: then reduce it again after every this many updates"),
+                         "type `step`", step_only));
 
     t.push_back(integer("eval.beam_size", [](Config& c) -> int& { return c.eval.beam_size; }, closed(1, 100),
                         "beam width (1 = greedy)"));

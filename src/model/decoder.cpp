@@ -39,9 +39,22 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   const int64_t H = cfg.hidden_dim, E = cfg.embed_dim;
   embed = register_module("embed", torch::nn::Embedding(torch::nn::EmbeddingOptions(vocab, E).padding_idx(kPadId)));
   drop = register_module("drop", Dropout(cfg.dropout));
+  if (cfg.tie_output) {  // Press & Wolf 2017: one table for the input embeddings and the output layer
+    TORCH_CHECK(H == E, "Decoder: model.tie_output needs hidden_dim == embed_dim, got ", H, " and ", E);
+    {
+      torch::NoGradGuard no_grad;
+      embed->weight.normal_(0.0, 1.0 / std::sqrt(static_cast<double>(E)));  // logits of unit scale at the start
+      embed->weight[kPadId].zero_();
+    }
+    embed_scale_ = std::sqrt(static_cast<double>(E));  // the inputs keep the untied table's N(0, 1)
+    out_bias = register_parameter("out_bias", torch::zeros({vocab}));
+  }
+  auto output_layer = [&] {
+    if (!cfg.tie_output) out = register_module("out", Linear(H, vocab));
+  };
   if (cfg.decoder.type == LayerType::kSelfAttention) {
     self_attention = register_module("self_attention", SelfAttentionDecoder(cfg));
-    out = register_module("out", Linear(H, vocab));
+    output_layer();
     return;
   }
   attention_ = make_attention(cfg);
@@ -51,7 +64,7 @@ DecoderImpl::DecoderImpl(const ModelConfig& cfg, int64_t vocab)
   bridge_h = register_module("bridge_h", Linear(H, H * layers_));
   if (cfg.rnn == RnnCell::kLstm) bridge_c = register_module("bridge_c", Linear(H, H * layers_));
   combine = register_module("combine", Linear(dims.readout_input, H));
-  out = register_module("out", Linear(H, vocab));
+  output_layer();
 }
 
 DecoderState DecoderImpl::init_state(const EncoderOutput& enc) {
@@ -83,7 +96,7 @@ AttentionMemory DecoderImpl::prepare(const EncoderOutput& enc) {
 DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& state, const AttentionMemory& mem) {
   TORCH_CHECK(y_prev.dim() == 1, "Decoder::step: y_prev must be [B], got ", y_prev.sizes());
   const Autocast bf16(y_prev.device());
-  torch::Tensor e = drop(embed(y_prev));  // [B, E]
+  torch::Tensor e = embedded(y_prev);  // [B, E]
   if (self_attention) {  // the new position attends to the cached prefix and itself
     SelfAttentionOutput sa = self_attention(e.unsqueeze(1), mem, &state.cache);
     DecoderStepOutput o;
@@ -122,7 +135,15 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
 
 torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
   const Autocast bf16(readout.device());
-  return out(drop(readout));
+  if (out) return out(drop(readout));
+  const torch::Tensor x = drop(readout);  // tied: W_o is the embedding table, through the products Linear uses
+  if (!is_training() && !torch::GradMode::is_enabled()) return tied_packed_(x, embed->weight, out_bias);
+  return train_linear(x, embed->weight, out_bias);
+}
+
+torch::Tensor DecoderImpl::embedded(const torch::Tensor& y) {
+  const torch::Tensor e = embed(y);
+  return drop(embed_scale_ == 1.0 ? e : e * embed_scale_);
 }
 
 namespace {
@@ -170,7 +191,7 @@ DecoderOutput DecoderImpl::forward(const torch::Tensor& tgt_in, DecoderState sta
 DecoderOutput DecoderImpl::forward_all_steps(const torch::Tensor& tgt_in, DecoderState& state, const AttentionMemory& mem,
                                              const torch::Tensor& rows) {
   // One RNN call over all steps, then attention in batched matmuls.
-  torch::Tensor e = drop(embed(tgt_in));           // [B, T, E]
+  torch::Tensor e = embedded(tgt_in);              // [B, T, E]
   auto [y, st] = rnn->forward(e, state.rnn);       // [B, T, H]
   state.rnn = st;
   AttentionOutput a = attention_->attend(y, mem);  // [B, T, H], [B, T, S]
@@ -184,7 +205,7 @@ DecoderOutput DecoderImpl::forward_all_steps(const torch::Tensor& tgt_in, Decode
 // Bahdanau / none: what does not feed back is batched over all steps: embeddings (one lookup and dropout)
 // and the readout tanh(W[s_t; c_t; e_t]) (one matmul instead of T small ones).
 DecoderOutput DecoderImpl::forward_fixed_context(const torch::Tensor& tgt_in, DecoderState& state, const torch::Tensor& rows) {
-  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  torch::Tensor e_all = embedded(tgt_in);  // [B, T, E]
   // The fixed context is the same at every step: one RNN call over [e_t; c] for all steps.
   torch::Tensor C = state.fixed.unsqueeze(1).expand({-1, tgt_in.size(1), -1});
   auto [Y, st] = rnn->forward(torch::cat({e_all, C}, -1), state.rnn);
@@ -198,7 +219,7 @@ DecoderOutput DecoderImpl::forward_fused_recurrence(const torch::Tensor& tgt_in,
                                                     const torch::Tensor& rows) {
   // One GRU layer with additive attention on the CPU: the stepped recurrence as one autograd node
   // (kernels/gru_recurrence.h).
-  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  torch::Tensor e_all = embedded(tgt_in);  // [B, T, E]
   const auto* additive = dynamic_cast<const AdditiveAttention*>(attention_.get());
   const int64_t E = e_all.size(2);
   const torch::Tensor w_ih = rnn->param("weight_ih_l0");  // [3H, E + C]: embedding columns, then context columns
@@ -215,7 +236,7 @@ DecoderOutput DecoderImpl::forward_fused_recurrence(const torch::Tensor& tgt_in,
 DecoderOutput DecoderImpl::forward_stepped_recurrence(const torch::Tensor& tgt_in, DecoderState& state,
                                                       const AttentionMemory& mem, const torch::Tensor& rows) {
   // The context depends on s_{t-1}, so the recurrence is stepped; embeddings and readout stay batched.
-  torch::Tensor e_all = drop(embed(tgt_in));  // [B, T, E]
+  torch::Tensor e_all = embedded(tgt_in);  // [B, T, E]
   const int64_t T = tgt_in.size(1);
   // One unbind rather than T selects: each select's backward would fill a whole [B, T, E] gradient.
   const std::vector<torch::Tensor> e_steps = e_all.unbind(1);
@@ -241,7 +262,7 @@ DecoderOutput DecoderImpl::forward_self_attention(const torch::Tensor& tgt_in, c
                                                   const torch::Tensor& rows) {
   // [B, T, H], every position at once. Padded target positions are no keys, nor is the <eos> that a batch's shorter
   // targets carry in tgt_in (it is cut from the longest only): without the causal mask it would show the length.
-  SelfAttentionOutput sa = self_attention(drop(embed(tgt_in)), mem, nullptr, tgt_in.ne(kPadId).logical_and(tgt_in.ne(kEosId)));
+  SelfAttentionOutput sa = self_attention(embedded(tgt_in), mem, nullptr, tgt_in.ne(kPadId).logical_and(tgt_in.ne(kEosId)));
   DecoderOutput o;
   o.readout = at_rows(sa.states, rows);
   o.weights = sa.cross_weights;

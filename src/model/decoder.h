@@ -101,6 +101,8 @@ class DecoderImpl : public torch::nn::Module {
   // The readout tanh(W_c [features]) at the requested positions only ([B, T, F] -> [N, H]): padding costs no
   // readout product. All positions without rows.
   torch::Tensor readout_at(const torch::Tensor& features, const torch::Tensor& rows);
+  // The target embeddings of y (any shape), dropout applied: drop(sqrt(E) x table[y]) tied, drop(table[y]) otherwise.
+  torch::Tensor embedded(const torch::Tensor& y);
 
   bool luong_style_;    // attention queried with the current state (luong, scaled_dot)
   bool input_feeding_;  // h~_{t-1} joins the next input
@@ -112,7 +114,10 @@ class DecoderImpl : public torch::nn::Module {
   std::shared_ptr<AttentionImpl> attention_;
   Linear bridge_h{nullptr}, bridge_c{nullptr};
   Linear combine{nullptr};  // Luong: h~ = tanh(W_c [c; s]); Bahdanau/none: readout tanh(W [s; c; e])
-  Linear out{nullptr};
+  Linear out{nullptr};       // W_o h~ + b_o; without it (model.tie_output) W_o is embed's table and b_o out_bias
+  torch::Tensor out_bias;
+  PackedLinear tied_packed_;  // the tied W_o packed for decoding, as Linear packs its own
+  double embed_scale_ = 1.0;  // tied: the table is N(0, 1/E) for the output layer, looked up as sqrt(E) x the table
   SelfAttentionDecoder self_attention{nullptr};  // model.decoder.type self_attention (then no rnn, bridge, combine)
 };
 TORCH_MODULE(Decoder);

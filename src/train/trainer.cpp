@@ -200,11 +200,23 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
   if (cfg_.clip_norm > 0) clip_gradient_norm(model_->parameters(), cfg_.clip_norm);
   adam_step(optim_);  // LibTorch's Adam update in one pass per parameter
   ++st_.step;
+  step_schedule();
   time_up_ = time_up;
   r.loss_sum = lv;
   r.signal = sig;
   r.time_up = time_up;
   return r;
+}
+
+// lr_schedule `step` (OpenNMT-py's start_decay_steps / decay_steps): the rate is multiplied by factor after update
+// start and after every `every` updates from there. It depends on the update count alone, so a resumed run reduces it
+// at the same updates.
+void Trainer::step_schedule() {
+  const LrScheduleConfig& s = cfg_.lr_schedule;
+  if (s.type != "step" || st_.step < s.start || (st_.step - s.start) % s.every != 0) return;
+  st_.lr = std::max(s.min_lr, st_.lr * s.factor);
+  set_lr(st_.lr);
+  spdlog::info("learning rate reduced to {:.3g} after update {}", st_.lr, st_.step);
 }
 
 ValidationResult Trainer::validate(const RunData& data, const Config& cfg) {

@@ -108,6 +108,7 @@ class Trainer {
 
  private:
   void set_lr(double lr);
+  void step_schedule();  // lr_schedule `step`, after each update
 
   Seq2Seq model_;
   TrainConfig cfg_;
