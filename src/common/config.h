@@ -113,7 +113,7 @@ struct LrScheduleConfig {
   double factor = 0.5;        // plateau, step: multiply the learning rate by this
   int patience = 1;           // plateau: validations without improvement before reducing
   double min_lr = 1e-6;       // plateau, step: never go below this
-  int start = 0;              // step: the first update after which the rate is reduced
+  int start = 0;              // step: reduce the rate after this update (0: first after `every` updates)
   int every = 1000;           // step: then after every this many updates
 };
 

@@ -136,9 +136,7 @@ DecoderStepOutput DecoderImpl::step(const torch::Tensor& y_prev, DecoderState& s
 torch::Tensor DecoderImpl::logits(const torch::Tensor& readout) {
   const Autocast bf16(readout.device());
   if (out) return out(drop(readout));
-  const torch::Tensor x = drop(readout);  // tied: W_o is the embedding table, through the products Linear uses
-  if (!is_training() && !torch::GradMode::is_enabled()) return tied_packed_(x, embed->weight, out_bias);
-  return train_linear(x, embed->weight, out_bias);
+  return linear_product(*this, tied_packed_, drop(readout), embed->weight, out_bias);  // tied: W_o is the embedding table
 }
 
 torch::Tensor DecoderImpl::embedded(const torch::Tensor& y) {

@@ -21,6 +21,11 @@ class LinearImpl : public torch::nn::LinearImpl {
 };
 TORCH_MODULE(Linear);
 
+// x W^T + b by the rule above for a weight that lives elsewhere (the tied output layer's, which is the embedding table):
+// the packed copy `packed` while `module` decodes, train_linear otherwise.
+torch::Tensor linear_product(const torch::nn::Module& module, PackedLinear& packed, const torch::Tensor& x,
+                             const torch::Tensor& weight, const torch::Tensor& bias);
+
 // Options for a linear map without a bias term (W x).
 inline torch::nn::LinearOptions without_bias(int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); }
 
