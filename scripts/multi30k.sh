@@ -7,7 +7,8 @@
 #          spm_none spm_bahdanau spm_scaled_dot spm_self_attention (SentencePiece pieces)
 # Checkpoint: best.pt (best validation BLEU), the mean of best.pt and last.pt, or the mean of the last 5
 # validation checkpoints (configs with train.keep_checkpoints), whichever scores highest on the validation set
-# (beam 5); the test set is decoded once, with that choice.
+# (beam 5); then the length penalty alpha (1.0, 1.2 or 1.4) for that checkpoint, again by validation BLEU; the test
+# set is decoded once, with those choices.
 # Data: ../shared/data/multi30k/ (or scripts/fetch_multi30k.sh, then --set paths in the configs).
 # BIN=/path/to/attnmt uses another binary (a copy, so that the tree can be rebuilt meanwhile).
 set -euo pipefail
@@ -41,8 +42,16 @@ for m in "${MODELS[@]}"; do
     echo "multi30k: $m: validation BLEU (beam 5) with $c: $b"
     if [ -z "$top" ] || awk -v a="$b" -v t="$top" 'BEGIN { exit !(a > t) }'; then ckpt=$c top=$b; fi
   done
-  echo "multi30k: $m: test with $ckpt (validation BLEU $top)"
-  "$BIN" evaluate --run "$run" --beam 5 --checkpoint "$ckpt"
+  # The length penalty: alpha 1.0 (the configs' eval.length_penalty) unless 1.2 or 1.4 scores higher on validation.
+  alpha=1.0
+  for a in 1.2 1.4; do
+    "$BIN" evaluate --run "$run" --split valid --beam 5 --checkpoint "$ckpt" --length-penalty "$a"
+    b=$(bleu_of "$run/eval/valid.json")
+    echo "multi30k: $m: validation BLEU (beam 5) with $ckpt, length penalty $a: $b"
+    if awk -v a="$b" -v t="$top" 'BEGIN { exit !(a > t) }'; then alpha=$a top=$b; fi
+  done
+  echo "multi30k: $m: test with $ckpt, length penalty $alpha (validation BLEU $top)"
+  "$BIN" evaluate --run "$run" --beam 5 --checkpoint "$ckpt" --length-penalty "$alpha"
   runs+=("$run")
 done
 "$BIN" compare "${runs[@]}" -o runs/multi30k_report
