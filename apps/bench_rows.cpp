@@ -151,11 +151,13 @@ PerStep per_decoder_step(Search&& search) {
 }
 
 // The variant's model: the base with the row's attention (and, for self_attention, 3 self-attention layers a side of
-// 8 heads), checked as a config is.
+// 8 heads, unless the base is a self-attention model already: then the base as it is), checked as a config is.
 ModelConfig row_model(const std::string& name, const AttentionConfig& att, const ModelConfig& base, const BenchOptions& o) {
   ModelConfig m = base;
-  m.attention = att;
-  if (name == "self_attention") {
+  const bool base_is_self_attention =
+      base.encoder.type == LayerType::kSelfAttention && base.decoder.type == LayerType::kSelfAttention;
+  if (!(name == "self_attention" && base_is_self_attention)) m.attention = att;
+  if (name == "self_attention" && !base_is_self_attention) {
     m.encoder.type = m.decoder.type = LayerType::kSelfAttention;
     m.encoder.heads = m.decoder.heads = 8;
     m.encoder_layers = m.decoder_layers = 3;

@@ -87,3 +87,43 @@ TEST(Bench, JsonFiguresAreConsistent) {
   EXPECT_NEAR(row.at("beam5_batched_speedup").get<double>(),
               row["beam5_batched_sentences_per_s"].get<double>() / row["beam5_single_sentences_per_s"].get<double>(), 1e-9);
 }
+
+TEST(Bench, SelfAttentionRowKeepsASelfAttentionConfigsLayersAndHeads) {
+  // `bench -c` with a self-attention config benchmarks that model: one layer a side and two heads here, not the
+  // 3 layers of 8 heads its self_attention row puts on an RNN config. One layer more a side adds its parameters.
+  const std::string dir = testing::TempDir() + "/bench_sa";
+  std::filesystem::create_directories(dir);
+  Config c = bench_config(dir);
+  c.model.encoder.type = c.model.decoder.type = LayerType::kSelfAttention;
+  c.model.encoder.heads = c.model.decoder.heads = 2;
+  c.model.attention.type = attention_type_from_string("scaled_dot");
+  c.model.attention.heads = 2;
+  auto params_with_layers = [&](int layers) -> int64_t {
+    c.model.encoder_layers = c.model.decoder_layers = layers;
+    validate(c);
+    const std::string path = dir + "/sa" + std::to_string(layers) + ".json";
+    test::write_file(path, config_to_json(c).dump(2));
+    auto r = test::run_cli("--log-level warn bench -c " + path + " --attention self_attention --steps 1 --batch 4 --vocab 40 --json");
+    EXPECT_EQ(r.code, 0) << r.output;
+    const size_t start = r.output.find('{');
+    if (start == std::string::npos) return -1;
+    const nlohmann::json j = nlohmann::json::parse(r.output.substr(start));
+    EXPECT_EQ(j.at("rows").size(), 1u);
+    return j.at("rows").at(0).at("parameters").get<int64_t>();
+  };
+  const int64_t one = params_with_layers(1), two = params_with_layers(2);
+  ASSERT_GT(one, 0);
+  EXPECT_GT(two, one);
+  // The same config as an RNN model gets the row's own 3 layers a side, more than either.
+  c.model.encoder.type = c.model.decoder.type = LayerType::kRnn;
+  c.model.encoder.heads = c.model.decoder.heads = ModelConfig{}.encoder.heads;
+  c.model.encoder_layers = c.model.decoder_layers = 1;
+  validate(c);
+  test::write_file(dir + "/rnn.json", config_to_json(c).dump(2));
+  auto r = test::run_cli("--log-level warn bench -c " + dir + "/rnn.json --attention self_attention --steps 1 --batch 4 --vocab 40 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_NE(r.output.find('{'), std::string::npos) << r.output;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+  ASSERT_EQ(j.at("rows").size(), 1u);
+  EXPECT_GT(j["rows"][0].at("parameters").get<int64_t>(), two);
+}
