@@ -154,13 +154,15 @@ PerStep per_decoder_step(Search&& search) {
 // 8 heads, unless the base is a self-attention model already: then the base as it is), checked as a config is.
 ModelConfig row_model(const std::string& name, const AttentionConfig& att, const ModelConfig& base, const BenchOptions& o) {
   ModelConfig m = base;
-  const bool base_is_self_attention =
-      base.encoder.type == LayerType::kSelfAttention && base.decoder.type == LayerType::kSelfAttention;
-  if (!(name == "self_attention" && base_is_self_attention)) m.attention = att;
-  if (name == "self_attention" && !base_is_self_attention) {
-    m.encoder.type = m.decoder.type = LayerType::kSelfAttention;
-    m.encoder.heads = m.decoder.heads = 8;
-    m.encoder_layers = m.decoder_layers = 3;
+  const bool base_as_it_is = name == "self_attention" && base.encoder.type == LayerType::kSelfAttention &&
+                             base.decoder.type == LayerType::kSelfAttention;
+  if (!base_as_it_is) {
+    m.attention = att;
+    if (name == "self_attention") {
+      m.encoder.type = m.decoder.type = LayerType::kSelfAttention;
+      m.encoder.heads = m.decoder.heads = 8;
+      m.encoder_layers = m.decoder_layers = 3;
+    }
   }
   {
     Config check;  // a --config model that the row's heads do not divide: one line, not an abort

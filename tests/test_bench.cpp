@@ -21,6 +21,19 @@ Config bench_config(const std::string& dir) {
   return c;
 }
 
+// The first row's parameter count from `attnmt bench -c CONFIG --attention self_attention --json` on a tiny batch
+// (-1, with a test failure, where bench fails or prints no JSON).
+int64_t self_attention_row_parameters(const std::string& config) {
+  auto r = test::run_cli("--log-level warn bench -c " + config + " --attention self_attention --steps 1 --batch 4 --vocab 40 --json");
+  EXPECT_EQ(r.code, 0) << r.output;
+  const size_t start = r.output.find('{');
+  EXPECT_NE(start, std::string::npos) << r.output;
+  if (r.code != 0 || start == std::string::npos) return -1;
+  const nlohmann::json j = nlohmann::json::parse(r.output.substr(start));
+  EXPECT_EQ(j.at("rows").size(), 1u);
+  return j.at("rows").at(0).at("parameters").get<int64_t>();
+}
+
 }  // namespace
 
 TEST(Bench, JsonFiguresAreConsistent) {
@@ -98,32 +111,18 @@ TEST(Bench, SelfAttentionRowKeepsASelfAttentionConfigsLayersAndHeads) {
   c.model.encoder.heads = c.model.decoder.heads = 2;
   c.model.attention.type = attention_type_from_string("scaled_dot");
   c.model.attention.heads = 2;
-  auto params_with_layers = [&](int layers) -> int64_t {
+  auto parameters_with = [&](const std::string& name, int layers) {
     c.model.encoder_layers = c.model.decoder_layers = layers;
     validate(c);
-    const std::string path = dir + "/sa" + std::to_string(layers) + ".json";
+    const std::string path = dir + "/" + name + ".json";
     test::write_file(path, config_to_json(c).dump(2));
-    auto r = test::run_cli("--log-level warn bench -c " + path + " --attention self_attention --steps 1 --batch 4 --vocab 40 --json");
-    EXPECT_EQ(r.code, 0) << r.output;
-    const size_t start = r.output.find('{');
-    if (start == std::string::npos) return -1;
-    const nlohmann::json j = nlohmann::json::parse(r.output.substr(start));
-    EXPECT_EQ(j.at("rows").size(), 1u);
-    return j.at("rows").at(0).at("parameters").get<int64_t>();
+    return self_attention_row_parameters(path);
   };
-  const int64_t one = params_with_layers(1), two = params_with_layers(2);
+  const int64_t one = parameters_with("sa1", 1), two = parameters_with("sa2", 2);
   ASSERT_GT(one, 0);
   EXPECT_GT(two, one);
   // The same config as an RNN model gets the row's own 3 layers a side, more than either.
   c.model.encoder.type = c.model.decoder.type = LayerType::kRnn;
   c.model.encoder.heads = c.model.decoder.heads = ModelConfig{}.encoder.heads;
-  c.model.encoder_layers = c.model.decoder_layers = 1;
-  validate(c);
-  test::write_file(dir + "/rnn.json", config_to_json(c).dump(2));
-  auto r = test::run_cli("--log-level warn bench -c " + dir + "/rnn.json --attention self_attention --steps 1 --batch 4 --vocab 40 --json");
-  ASSERT_EQ(r.code, 0) << r.output;
-  ASSERT_NE(r.output.find('{'), std::string::npos) << r.output;
-  const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
-  ASSERT_EQ(j.at("rows").size(), 1u);
-  EXPECT_GT(j["rows"][0].at("parameters").get<int64_t>(), two);
+  EXPECT_GT(parameters_with("rnn", 1), two);
 }
