@@ -137,6 +137,44 @@ TEST(Train, StepScheduleReducesTheRateAtItsUpdatesAndResumesThere) {
   test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "lr"});
 }
 
+// lr_schedule.warmup: update k of the first w runs at lr * k / w, in the optimizer itself (what the updates use), then
+// at lr; the rates depend on the update count alone, so a run stopped inside the warm-up and resumed logs the same
+// rates and the same losses as the straight one.
+TEST(Train, WarmupRaisesTheRateLinearlyAndResumesInsideIt) {
+  torch::manual_seed(3);
+  Seq2Seq model(tiny_config(test::temp_dir("warmup_unit")).model, 30, 30);
+  TrainConfig tc;
+  tc.lr = 0.008;
+  tc.lr_schedule.warmup = 4;
+  Trainer trainer(model, tc, torch::kCPU);
+  std::vector<EncodedPair> data = {{{4, 5, 6}, {7, 8}}, {{9, 10}, {11, 12, 13}}};
+  const Batch batch = make_batch(data, {0, 1});
+  auto optimizer_lr = [&] {
+    return static_cast<torch::optim::AdamOptions&>(trainer.optimizer().param_groups().at(0).options()).lr();
+  };
+  const std::vector<double> want = {0.002, 0.004, 0.006, 0.008, 0.008, 0.008};
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_DOUBLE_EQ(optimizer_lr(), want[k]) << "before update " << k + 1;
+    EXPECT_DOUBLE_EQ(trainer.current_lr(), want[k]) << "before update " << k + 1;
+    trainer.step(&batch, batch.tgt_tokens);
+  }
+
+  const auto config = [](const std::string& dir) {
+    Config c = tiny_config(dir);
+    c.train.lr = 0.008;
+    c.train.valid_every = 2;
+    c.train.lr_schedule.warmup = 6;
+    validate(c);
+    return c;
+  };
+  const auto t = test::train_straight_and_resumed("warmup_lr", config, 2, 10);
+  ASSERT_EQ(t.straight.size(), 5u);  // validations at updates 2, 4, 6, 8, 10; "lr" is the next update's rate
+  const std::vector<double> logged = {0.004, 0.008 * 5 / 6, 0.008, 0.008, 0.008};
+  for (size_t i = 0; i < logged.size(); ++i)
+    EXPECT_DOUBLE_EQ(t.straight[i]["lr"].get<double>(), logged[i]) << "at validation " << i;
+  test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "lr"});
+}
+
 TEST(Train, TokenBatchesAreDeterministicAndResumeExactly) {
   std::string a = test::temp_dir("tok_a"), b = test::temp_dir("tok_b"), split = test::temp_dir("tok_split");
   auto config = [](const std::string& dir, int steps) {

@@ -115,6 +115,7 @@ struct LrScheduleConfig {
   double min_lr = 1e-6;       // plateau, step: never go below this
   int start = 0;              // step: reduce the rate after this update (0: first after `every` updates)
   int every = 1000;           // step: then after every this many updates
+  int warmup = 0;             // any type: the rate rises linearly to train.lr over this many first updates (0 = none)
 };
 
 struct TrainConfig {

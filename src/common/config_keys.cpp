@@ -441,6 +441,9 @@ const std::vector<Key>& keys() {
                        "plateau, step: multiply the learning rate by this"));
     t.push_back(integer("train.lr_schedule.patience", [](Config& c) -> int& { return c.train.lr_schedule.patience; }, at_least(0),
                         "plateau: validations without improvement before reducing"));
+    t.push_back(integer("train.lr_schedule.warmup", [](Config& c) -> int& { return c.train.lr_schedule.warmup; },
+                        at_least(0), "any type: over the first this many updates the rate rises linearly, from "
+                                     "`train.lr`/warmup to `train.lr` (0 = none)"));
     t.push_back(number("train.lr_schedule.min_lr", [](Config& c) -> double& { return c.train.lr_schedule.min_lr; }, at_least(0),
                        "plateau, step: never go below this"));
     auto step_only = [](const Config& c) -> std::string {

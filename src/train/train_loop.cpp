@@ -342,7 +342,7 @@ void TrainingLoop::validate(int64_t reported_epoch) {
   m.valid_loss = v.loss;
   m.valid_ppl = v.ppl;
   m.valid_bleu = v.bleu;
-  m.lr = st_.lr;
+  m.lr = trainer_.current_lr();
   m.tokens_per_s = window_rate();
   m.elapsed_s = trainer_.elapsed_s();
   m.world_size = dist_ ? dist_->world() : 1;

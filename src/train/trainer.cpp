@@ -136,7 +136,7 @@ Trainer::Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, co
     dist->broadcast_(state);
     dist->attach_gradient_buckets(model_->parameters());
   }
-  set_lr(st_.lr);
+  set_lr(current_lr());
   base_elapsed_ = st_.elapsed_s;
   t0_ = monotonic_s();
   model_->train();
@@ -145,6 +145,13 @@ Trainer::Trainer(Seq2Seq model, const TrainConfig& cfg, torch::Device device, co
 bool Trainer::main_rank() const { return !opt_.dist || opt_.dist->is_main(); }
 
 double Trainer::elapsed_s() const { return base_elapsed_ + (monotonic_s() - t0_); }
+
+// Warm-up (lr_schedule.warmup = w): update k (from 1) runs at lr * k / w until k = w. It depends on the update count
+// alone, so a resumed run goes on with the same rates; plateau and step change the rate it rises to.
+double Trainer::current_lr() const {
+  const int w = cfg_.lr_schedule.warmup;
+  return w > 0 && st_.step < w ? st_.lr * static_cast<double>(st_.step + 1) / w : st_.lr;
+}
 
 void Trainer::set_lr(double lr) {
   for (auto& g : optim_.param_groups()) static_cast<torch::optim::AdamOptions&>(g.options()).lr(lr);
@@ -201,6 +208,7 @@ StepResult Trainer::step(const Batch* slice, int64_t batch_tokens, int local_sig
   adam_step(optim_);  // LibTorch's Adam update in one pass per parameter
   ++st_.step;
   step_schedule();
+  if (st_.step <= cfg_.lr_schedule.warmup) set_lr(current_lr());
   time_up_ = time_up;
   r.loss_sum = lv;
   r.signal = sig;
@@ -215,7 +223,7 @@ void Trainer::step_schedule() {
   const LrScheduleConfig& s = cfg_.lr_schedule;
   if (s.type != "step" || st_.step < s.start || (st_.step - s.start) % s.every != 0) return;
   st_.lr = std::max(s.min_lr, st_.lr * s.factor);
-  set_lr(st_.lr);
+  set_lr(current_lr());
   spdlog::info("learning rate reduced to {:.3g} after update {}", st_.lr, st_.step);
 }
 
@@ -242,7 +250,7 @@ ValidationResult Trainer::validate(const RunData& data, const Config& cfg) {
     ++st_.plateau_bad;
     if (cfg_.lr_schedule.type == "plateau" && st_.plateau_bad > cfg_.lr_schedule.patience) {
       st_.lr = std::max(cfg_.lr_schedule.min_lr, st_.lr * cfg_.lr_schedule.factor);
-      set_lr(st_.lr);
+      set_lr(current_lr());
       st_.plateau_bad = 0;
       spdlog::info("learning rate reduced to {:.3g}", st_.lr);
     }

@@ -99,6 +99,8 @@ class Trainer {
   // Training time: before this process (from the checkpoint) plus since construction.
   double elapsed_s() const;
 
+  // The rate in effect for the next update: the schedule's rate (state().lr), scaled by the warm-up while it lasts.
+  double current_lr() const;
   TrainerState& state() { return st_; }
   const TrainerState& state() const { return st_; }
   Seq2Seq& model() { return model_; }
