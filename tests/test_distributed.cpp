@@ -193,8 +193,10 @@ TEST(Distributed, DeadOrHungRankEndsTheOtherWithAClearError) {
     std::string cfg = write_config(run, 100000, 0.0);
     std::string port = std::to_string(free_port());
     std::string log0 = run + ".rank0.log", log1 = run + ".rank1.log";
-    // Launched the way torchrun would (no --nproc parent that could clean up): only the timeout helps.
-    std::vector<std::string> args = {"--log-level", "info", "train", "-c", cfg, "--overwrite", "--dist-timeout", "4"};
+    // Launched the way torchrun would (no --nproc parent that could clean up): only the timeout helps. The timeout
+    // also bounds joining the group, so it leaves room for two processes starting at once on a loaded machine (under
+    // ASan, with the other core busy, one rank started 6 s after the other and 4 s was too short).
+    std::vector<std::string> args = {"--log-level", "info", "train", "-c", cfg, "--overwrite", "--dist-timeout", "12"};
     std::vector<std::string> common = {"WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + port};
     auto env0 = common, env1 = common;
     env0.push_back("RANK=0");
