@@ -27,17 +27,38 @@ SOURCES="src/common/config.cpp src/common/config_keys.cpp src/common/fs.cpp src/
 VERSION=$(sed -n "s/^project(attnmt VERSION \([0-9.]*\).*/\1/p" CMakeLists.txt)
 FLAGS="-DATTNMT_VERSION=\"$VERSION\" -std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Isrc -Itests/fuzz"
 # The library objects once (without the fuzzer's main), then one binary per target.
+# Compiles, links and fuzzing runs go JOBS at a time (default: the number of cores); each is one single-threaded
+# process, and one after another they left a core idle (CI's fuzz part took 311 s on 2 cores).
+JOBS=${JOBS:-$(nproc)}
+throttle() {  # waits until fewer than JOBS background jobs run; a failed one fails the script
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || stop; done
+}
+drain() {  # waits for every background job; fails if any failed
+  local rc=0
+  for p in $(jobs -p); do wait "$p" || rc=1; done
+  [ "$rc" = 0 ] || stop
+}
+stop() {  # a job failed: the others are ended, not left running
+  kill $(jobs -rp) 2>/dev/null || true
+  exit 1
+}
+SPDLOG_CFLAGS=$(pkg-config --cflags spdlog)
+SPDLOG_LIBS=$(pkg-config --cflags --libs spdlog)
 objs=()
 for s in $SOURCES; do
   o="$OUT/$(echo "$s" | tr / _).o"
   if [ ! -f "$o" ] || [ "$s" -nt "$o" ]; then
-    clang++ $FLAGS -fsanitize=fuzzer-no-link -c "$s" -o "$o" $(pkg-config --cflags spdlog)
+    throttle
+    clang++ $FLAGS -fsanitize=fuzzer-no-link -c "$s" -o "$o" $SPDLOG_CFLAGS &
   fi
   objs+=("$o")
 done
+drain
 for t in "${TARGETS[@]}"; do
-  clang++ $FLAGS "tests/fuzz/fuzz_$t.cpp" "${objs[@]}" -o "$OUT/fuzz_$t" $(pkg-config --cflags --libs spdlog)
+  throttle
+  clang++ $FLAGS "tests/fuzz/fuzz_$t.cpp" "${objs[@]}" -o "$OUT/fuzz_$t" $SPDLOG_LIBS &
 done
+drain
 
 # Inputs that once failed (tests/fuzz/regressions/TARGET/) are replayed first.
 for t in "${TARGETS[@]}"; do
@@ -50,18 +71,25 @@ done
 
 summary="$OUT/summary.txt"
 : >"$summary"
-for t in "${TARGETS[@]}"; do
+fuzz_one() {  # fuzz_one TARGET: runs it, then prints its summary line (or its log's tail and FAILED)
+  local t=$1 log="$OUT/fuzz_$1.log"
   mkdir -p "$OUT/corpus/$t"
-  log="$OUT/fuzz_$t.log"
-  echo "fuzz: $t for ${SECONDS_PER_TARGET}s"
   if ! (cd "$OUT" && UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 ./"fuzz_$t" -max_total_time="$SECONDS_PER_TARGET" \
         -max_len=4096 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 "corpus/$t" "../tests/fuzz/seeds/$t") >"$log" 2>&1; then
     tail -40 "$log"
     echo "fuzz: $t FAILED (log: $log; the input is in $OUT/crash-* or $OUT/timeout-*)"
-    exit 1
+    return 1
   fi
+  local runs corpus
   runs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo "?")
   corpus=$(ls "$OUT/corpus/$t" | wc -l)
-  printf '%-10s %6ss %12s executions, no crash, corpus %s inputs\n' "$t" "$SECONDS_PER_TARGET" "$runs" "$corpus" | tee -a "$summary"
+  printf '%-10s %6ss %12s executions, no crash, corpus %s inputs\n' "$t" "$SECONDS_PER_TARGET" "$runs" "$corpus" >"$OUT/summary_$t.txt"
+}
+echo "fuzz: ${#TARGETS[@]} targets, ${SECONDS_PER_TARGET}s each, $JOBS at a time: ${TARGETS[*]}"
+for t in "${TARGETS[@]}"; do
+  throttle
+  fuzz_one "$t" &
 done
+drain
+for t in "${TARGETS[@]}"; do cat "$OUT/summary_$t.txt"; done | tee "$summary"
 echo "fuzz: all targets clean (summary in $summary)"
