@@ -18,7 +18,7 @@
 # length, stopped at half; an even number), BENCH_SIZE (BATCH,VOCAB: a smaller benchmark model for attnmt and the peer
 # alike, as CI's rehearsal on a CPU uses; default the benchmark model's), PEER (the peer script: default
 # ../shared/peer/pyref_bench.py, else .gpu/peer/pyref_bench.py), PYTHON (a python with torch for the peer: default
-# .venv-pytorch/bin/python where it exists, else python3)
+# .venv-pytorch/bin/python, or $ATTNMT_PYTORCH_VENV's, where it exists, else python3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 usage() { echo "usage: scripts/gpu_check.sh build|run [--device cuda|cuda:N|cpu] [--bin ATTNMT]" >&2; exit 2; }
@@ -179,7 +179,8 @@ fi
 PYTHON=${PYTHON:-}
 if [ -z "$PYTHON" ]; then
   PYTHON=python3
-  [ -x .venv-pytorch/bin/python ] && PYTHON=.venv-pytorch/bin/python
+  venv=${ATTNMT_PYTORCH_VENV:-.venv-pytorch}
+  [ -x "$venv/bin/python" ] && PYTHON=$venv/bin/python
 fi
 [ -n "$PEER" ] && [ -f "$PEER" ] || fail "no peer script (PEER, ../shared/peer/pyref_bench.py or .gpu/peer/pyref_bench.py)"
 "$PYTHON" -c "import torch" 2>/dev/null || fail "$PYTHON has no torch for the peer"

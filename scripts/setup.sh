@@ -74,7 +74,8 @@ if [ "$PYTORCH" = 1 ]; then
     command -v nvcc >/dev/null || echo "setup: warning: no nvcc on PATH; building against a CUDA LibTorch needs the CUDA toolkit" >&2
     python3 -m venv "$venv"
     start=$(date +%s)
-    "$venv/bin/pip" install -q --disable-pip-version-check "$PYTORCH_PIN"
+    # python -m pip, not bin/pip: a venv that was moved keeps a working python but not bin/pip's first line.
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$PYTORCH_PIN"
     echo "setup: PyPI $PYTORCH_PIN installed in $venv in $(( $(date +%s) - start ))s"
   fi
 fi
