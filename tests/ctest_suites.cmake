@@ -12,7 +12,7 @@
 execute_process(COMMAND "${TEST_EXE}" --gtest_list_tests
   OUTPUT_VARIABLE listing RESULT_VARIABLE rc ERROR_VARIABLE err TIMEOUT 120)
 if(NOT rc EQUAL 0)
-  add_test(attnmt_tests_NOT_LISTED "${CMAKE_COMMAND}" -E false)
+  add_test(attnmt_tests_NOT_LISTED "${TEST_EXE}" --gtest_list_tests)  # fails again, showing why
   message(WARNING "ctest_suites: ${TEST_EXE} --gtest_list_tests failed (${rc}): ${err}")
   return()
 endif()
