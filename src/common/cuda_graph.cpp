@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "attnmt_build_config.h"  // ATTNMT_HAVE_CUDA_GRAPHS (CMakeLists.txt)
+
 #ifdef ATTNMT_HAVE_CUDA_GRAPHS
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAFunctions.h>

@@ -27,6 +27,9 @@ namespace {
 
 constexpr char kSep = '\x1f';  // between pieces on the pipe
 
+#if __has_include("attnmt_build_config.h")  // CMake's; the fuzz build compiles this file without it
+#include "attnmt_build_config.h"
+#endif
 #ifndef ATTNMT_SPM_HELPER_BUILT
 #define ATTNMT_SPM_HELPER_BUILT "attnmt-spm"  // looked up in PATH
 #endif

@@ -11,6 +11,8 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 
+#include "attnmt_build_config.h"  // ATTNMT_HAVE_C10D, _GLOO, _NCCL (CMakeLists.txt)
+
 #ifdef ATTNMT_HAVE_C10D
 #include <torch/version.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
