@@ -75,7 +75,12 @@ bool write_all(int fd, const char* p, size_t n) {
   return ok;
 }
 
-// A child process with its stdin, stdout and stderr on pipes.
+}  // namespace
+
+// A child process with its stdin, stdout and stderr on pipes. In a named namespace, not the anonymous one: SpmServer
+// (declared in tokenizer.h) holds one, and a class with external linkage must not hold a type that has none.
+namespace spm_detail {
+
 class Child {
  public:
   explicit Child(const std::vector<std::string>& args) {
@@ -184,6 +189,10 @@ class Child {
   size_t pos_ = 0;
 };
 
+}  // namespace spm_detail
+
+namespace {
+
 std::string first_line(std::string s) {
   const size_t nl = s.find('\n');
   if (nl != std::string::npos) s.resize(nl);
@@ -226,7 +235,7 @@ class SpmServer {
   }
 
  private:
-  Child child_;
+  spm_detail::Child child_;
   std::mutex mu_;
 };
 
@@ -336,7 +345,7 @@ std::vector<std::string> Tokenizer::join_words(const std::vector<std::string>& t
 std::string train_sentencepiece(const std::vector<std::string>& lines, const SpmTrainOptions& opt, const std::string& what) {
   std::ostringstream cov;
   cov << opt.character_coverage;
-  Child child({helper_path(), "train", std::to_string(opt.vocab_size), opt.model_type, cov.str()});
+  spm_detail::Child child({helper_path(), "train", std::to_string(opt.vocab_size), opt.model_type, cov.str()});
   std::string text;
   for (const auto& l : lines) {
     text += l;

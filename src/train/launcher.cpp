@@ -52,7 +52,7 @@ int free_loopback_port() {
   return ntohs(a.sin_port);
 }
 
-std::vector<std::string> own_command_line() {
+std::vector<std::string> own_arguments() {
   std::ifstream in("/proc/self/cmdline", std::ios::binary);
   std::vector<std::string> args;
   std::string a;
@@ -173,7 +173,7 @@ int launch_local_workers(int nproc, const torch::Device& device) {
                        " CUDA device(s) visible, and each rank takes one (use --nproc " + std::to_string(visible) +
                        " or --device cpu)");
   }
-  const std::vector<std::string> args = own_command_line();
+  const std::vector<std::string> args = own_arguments();
   const int port = free_loopback_port();
   const unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   spdlog::info("launching {} workers on 127.0.0.1:{} ({} core(s) each unless --threads says otherwise)", nproc, port,

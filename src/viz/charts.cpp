@@ -13,7 +13,7 @@ namespace {
 
 const char* kPalette[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-std::string num(double v) {
+std::string chart_num(double v) {
   char buf[32];
   if (std::fabs(v) >= 1000 || v == std::floor(v)) std::snprintf(buf, sizeof(buf), "%.0f", v);
   else if (std::fabs(v) >= 10) std::snprintf(buf, sizeof(buf), "%.1f", v);
@@ -57,7 +57,7 @@ void chart(std::ostringstream& o, const ChartSpec& c, int x0) {
   o << "<text x=\"" << ml + pw / 2 << "\" y=\"18\" text-anchor=\"middle\" font-weight=\"bold\">" << xml_escape(c.title) << "</text>\n";
   for (double y = ymin; y <= ymax + 1e-9; y += ystep) {
     o << "<line x1=\"" << ml << "\" x2=\"" << ml + pw << "\" y1=\"" << Y(y) << "\" y2=\"" << Y(y) << "\" stroke=\"#ddd\"/>\n";
-    o << "<text x=\"" << ml - 6 << "\" y=\"" << Y(y) + 4 << "\" text-anchor=\"end\">" << num(y) << "</text>\n";
+    o << "<text x=\"" << ml - 6 << "\" y=\"" << Y(y) + 4 << "\" text-anchor=\"end\">" << chart_num(y) << "</text>\n";
   }
   if (!c.x_tick_labels.empty()) {
     for (size_t i = 0; i < c.x_tick_labels.size(); ++i)
@@ -66,7 +66,7 @@ void chart(std::ostringstream& o, const ChartSpec& c, int x0) {
   } else {
     double xs = tick_step(xmax - xmin, 5);
     for (double x = std::ceil(xmin / xs) * xs; x <= xmax + 1e-9; x += xs)
-      o << "<text x=\"" << X(x) << "\" y=\"" << mt + ph + 16 << "\" text-anchor=\"middle\">" << num(x) << "</text>\n";
+      o << "<text x=\"" << X(x) << "\" y=\"" << mt + ph + 16 << "\" text-anchor=\"middle\">" << chart_num(x) << "</text>\n";
   }
   o << "<rect x=\"" << ml << "\" y=\"" << mt << "\" width=\"" << pw << "\" height=\"" << ph << "\" fill=\"none\" stroke=\"#444\"/>\n";
   o << "<text x=\"" << ml + pw / 2 << "\" y=\"" << mt + ph + 34 << "\" text-anchor=\"middle\">" << xml_escape(c.x_label) << "</text>\n";
