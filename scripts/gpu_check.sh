@@ -104,10 +104,11 @@ if [ "$PHASE" = build ]; then
     # A machine without Debian's development packages builds with the ones scripts/vendor_deps.sh put in deps/.
     if [ -d deps/usr ] && [ -z "${ATTNMT_DEPS:-}" ]; then export ATTNMT_DEPS=$PWD/deps; fi
     start=$(date +%s)
-    # Many cores (the lent machine has 16): smaller unity batches, so that more of them compile side by side.
-    batch=8
-    [ "$(nproc)" -ge 8 ] && batch=2
-    if ! BUILD_DIR="$BUILD_DIR" bash scripts/build.sh --pytorch -DCMAKE_UNITY_BUILD_BATCH_SIZE=$batch >"$W/build.log" 2>&1; then
+    # Many cores (the lent machine has 16): batches of 2, so that more of them compile side by side; on fewer,
+    # CMakeLists.txt cuts the batches to the cores.
+    batch=()
+    [ "$(nproc)" -ge 8 ] && batch=(-DCMAKE_UNITY_BUILD_BATCH_SIZE=2)
+    if ! BUILD_DIR="$BUILD_DIR" bash scripts/build.sh --pytorch "${batch[@]}" >"$W/build.log" 2>&1; then
       tail -n 60 "$W/build.log" >"$OUT/build.log"
       fail "build: $(tail -n 1 "$W/build.log")"
     fi
