@@ -24,6 +24,7 @@ for c in json.load(open(sys.argv[1])):
 EOF
 n=$(wc -l <"$B/checks.sh")
 [ "$n" -ge 3 ] || { echo "unity_check: expected the library, the CLI and the tests as one batch each, found $n" >&2; exit 1; }
+rm -f "$B"/check.*.cmd "$B"/check.*.log
 rc=0
 i=0
 while read -r cmd; do
