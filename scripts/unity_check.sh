@@ -3,7 +3,7 @@
 # cores can put together. CMakeLists.txt cuts a target's sources into as many batches as the machine has cores, so a
 # machine with another core count puts other files side by side than CI's does; two files that each define a helper
 # of the same name in an anonymous namespace then collide. In one batch, every pair of a target's files meets, so a
-# pass here means that every cut compiles (as far as names go). About 2 minutes on 2 cores.
+# pass here means that every cut compiles (as far as names go). About a minute on 2 cores.
 #   scripts/unity_check.sh            against Debian's LibTorch, in build-unity-check/
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,15 +24,12 @@ for c in json.load(open(sys.argv[1])):
 EOF
 n=$(wc -l <"$B/checks.sh")
 [ "$n" -ge 3 ] || { echo "unity_check: expected the library, the CLI and the tests as one batch each, found $n" >&2; exit 1; }
-rm -f "$B"/check.*.cmd "$B"/check.*.log
+rm -f "$B"/check.*.log
 rc=0
 i=0
 while read -r cmd; do
-  echo "$cmd" >"$B/check.$((++i)).cmd"
+  bash -c "$cmd" >"$B/check.$((++i)).log" 2>&1 &
 done <"$B/checks.sh"
-for f in "$B"/check.*.cmd; do
-  bash "$f" >"${f%.cmd}.log" 2>&1 &
-done
 for p in $(jobs -p); do wait "$p" || rc=1; done
 for f in "$B"/check.*.log; do
   if grep -q "error:" "$f"; then grep -B2 -A4 "error:" "$f" | head -40 >&2; rc=1; fi

@@ -17,6 +17,13 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// The first line of a message (a child process's stderr, a library's exception text), cut to max_chars with "..."
+// where longer: what a one-line error quotes of it.
+inline std::string first_line(const std::string& s, size_t max_chars = std::string::npos) {
+  std::string l = s.substr(0, s.find('\n'));
+  return l.size() > max_chars ? l.substr(0, max_chars) + "..." : l;
+}
+
 // Exit codes used by every subcommand.
 enum ExitCode : int { kExitOk = 0, kExitFailure = 1, kExitUsage = 2 };
 

@@ -191,16 +191,6 @@ class Child {
 
 }  // namespace spm_detail
 
-namespace {
-
-std::string first_line(std::string s) {
-  const size_t nl = s.find('\n');
-  if (nl != std::string::npos) s.resize(nl);
-  return s;
-}
-
-}  // namespace
-
 void set_spm_helper_path(const std::string& path) { helper_override() = path; }
 
 // A running helper holding a source and a target model; one request at a time.

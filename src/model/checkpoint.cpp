@@ -264,8 +264,7 @@ TrainerState load_checkpoint(const std::string& path, Seq2Seq& model, torch::opt
       else if (rank_rng_found) *rank_rng_found = false;  // written on a CPU: the GPU's dropout masks start afresh
     }
   } catch (const c10::Error& e) {
-    std::string msg = e.what_without_backtrace();
-    msg = msg.substr(0, msg.find('\n'));
+    const std::string msg = first_line(e.what_without_backtrace());
     const std::string versions = wrote.empty() ? "written by LibTorch 1.13 or older, read by " + std::string(libtorch_version())
                                  : "written by LibTorch " + wrote + ", read by " + libtorch_version();
     throw UsageError(path + ": cannot load checkpoint (truncated, corrupt, or from a different model config; " + versions +

@@ -44,11 +44,6 @@ int env_int(const char* name, int fallback, int min_value, int max_value) {
   return static_cast<int>(x);
 }
 
-std::string short_first_line(const std::string& s) {
-  std::string l = s.substr(0, s.find('\n'));
-  return l.size() > 300 ? l.substr(0, 300) + "..." : l;
-}
-
 }  // namespace
 
 DistSpec dist_spec_from_env() {
@@ -134,10 +129,10 @@ void collective(const DistSpec& s, const std::string& what, F&& f) {
     f();
   } catch (const c10::Error& e) {
     throw Error("distributed: rank " + std::to_string(s.rank) + ": " + what + " failed (another rank exited or timed out): " +
-                short_first_line(e.what_without_backtrace()));
+                first_line(e.what_without_backtrace(), 300));
   } catch (const std::exception& e) {
     throw Error("distributed: rank " + std::to_string(s.rank) + ": " + what + " failed (another rank exited or timed out): " +
-                short_first_line(e.what()));
+                first_line(e.what(), 300));
   }
 }
 }  // namespace

@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include "common/cuda_graph.h"
+#include "common/errors.h"
 #include "common/host.h"
 #include "common/precision.h"
 #include "data/special_tokens.h"
@@ -108,7 +109,7 @@ GreedySteps graphed_steps(Seq2Seq& model, const DecoderState& init, const Attent
           const std::string why = e.what();
           static std::once_flag said;
           std::call_once(said, [&] { spdlog::warn("greedy search: the decoder step could not be recorded as a CUDA graph, "
-                                                  "it runs eagerly ({})", why.substr(0, why.find('\n'))); });
+                                                  "it runs eagerly ({})", first_line(why)); });
           eager = true;
           continue;
         }
