@@ -184,7 +184,7 @@ int run_attention(const AttentionOptions& o, const GlobalOptions& g) {
     m.source_text = d.srcs[i];
     m.target_text = d.tgt_text[i];
     if (heads[i].defined() && heads[i].size(0) > 1) m.heads = head_rows(heads[i]);
-    char stem[16];
+    char stem[24];  // a size_t needs up to 20 digits
     std::snprintf(stem, sizeof(stem), "%04zu", i + 1);
     if (m.src_tokens.empty() || m.tgt_tokens.empty()) {
       spdlog::warn("sentence {}: empty source or target, no map", i + 1);

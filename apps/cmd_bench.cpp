@@ -109,7 +109,7 @@ void print_single(const std::vector<BenchRow>& rows, const Roofline& roof, doubl
     std::printf("precision: %s\n", precision_state().precision.c_str());
     std::printf("CPU peak: %s\n", peak.derivation.c_str());
     std::printf("matmul 1024^3 float32: %.1f GFLOP/s; peak RSS %.0f MB; batch %d, vocab %d, src %lld / tgt %lld tokens (padded)\n",
-                roof, rss, o.batch, o.vocab, static_cast<long long>(d.S), static_cast<long long>(d.T));
+                roof.best, rss, o.batch, o.vocab, static_cast<long long>(d.S), static_cast<long long>(d.T));
     std::printf("%-18s %10s %6s %10s %8s %6s %10s %6s %10s %6s %10s %6s %6s\n", "attention", "params", "roof", "train tok/s", "GFLOP/s",
                 "MFU", "greedy s/s", "MFU", "beam5 s/s", "MFU", "beam5x1", "MFU", "ratio");
     for (const auto& r : rows)

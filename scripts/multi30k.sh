@@ -11,6 +11,8 @@
 # set is decoded once, with those choices.
 # Data: ../shared/data/multi30k/ (or scripts/fetch_multi30k.sh, then --set paths in the configs).
 # BIN=/path/to/attnmt uses another binary (a copy, so that the tree can be rebuilt meanwhile).
+# SET="key=value ..." passes each as --set to training (e.g. SET="train.seed=2"); RUN_SUFFIX=_s2 appends to the run's
+# folder (runs/multi30k_MODEL_s2), so that two runs of one config can go side by side.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS=("$@")
@@ -25,8 +27,10 @@ runs=()
 for m in "${MODELS[@]}"; do
   cfg=configs/multi30k_$m.json
   [ -f "$cfg" ] || { echo "multi30k: no config $cfg" >&2; exit 2; }
-  run=runs/multi30k_$m
-  "$BIN" train -c "$cfg" --overwrite
+  run=runs/multi30k_$m${RUN_SUFFIX:-}
+  sets=(--set "run_dir=$run")
+  for kv in ${SET:-}; do sets+=(--set "$kv"); done
+  "$BIN" train -c "$cfg" --overwrite "${sets[@]}"
   # Candidates: best.pt, the mean of best.pt and last.pt, and (when the config keeps them) the mean of the last 5
   # validation checkpoints; the one with the highest validation BLEU (beam 5) decodes the test set.
   "$BIN" average --run "$run" --checkpoints "$run/best.pt" "$run/last.pt" --out "$run/avg_best_last.pt"
@@ -54,5 +58,5 @@ for m in "${MODELS[@]}"; do
   "$BIN" evaluate --run "$run" --beam 5 --checkpoint "$ckpt" --length-penalty "$alpha"
   runs+=("$run")
 done
-"$BIN" compare "${runs[@]}" -o runs/multi30k_report
-echo "multi30k: report in runs/multi30k_report/report.md"
+"$BIN" compare "${runs[@]}" -o "runs/multi30k_report${RUN_SUFFIX:-}"
+echo "multi30k: report in runs/multi30k_report${RUN_SUFFIX:-}/report.md"

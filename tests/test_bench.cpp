@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -125,4 +126,35 @@ TEST(Bench, SelfAttentionRowKeepsASelfAttentionConfigsLayersAndHeads) {
   c.model.encoder.type = c.model.decoder.type = LayerType::kRnn;
   c.model.encoder.heads = c.model.decoder.heads = ModelConfig{}.encoder.heads;
   EXPECT_GT(parameters_with("rnn", 1), two);
+}
+
+TEST(Bench, TextOutputShowsWhatTheJsonDoes) {
+  // The text table is printed from the same figures as --json: the row's parameter count to the unit, the matmul rate
+  // and the peak memory within what two runs of one tiny bench may differ by (a printf once read a struct where a
+  // double was due and printed 500 GFLOP/s and a million MB for 30 and 300).
+  const std::string dir = testing::TempDir() + "/bench_text";
+  std::filesystem::create_directories(dir);
+  test::write_file(dir + "/model.json", config_to_json(bench_config(dir)).dump(2));
+  const std::string args = "--log-level warn bench -c " + dir + "/model.json --attention bahdanau --steps 2 --batch 8 --vocab 40";
+  auto js = test::run_cli(args + " --json");
+  ASSERT_EQ(js.code, 0) << js.output;
+  ASSERT_NE(js.output.find('{'), std::string::npos) << js.output;
+  const nlohmann::json j = nlohmann::json::parse(js.output.substr(js.output.find('{')));
+  auto tx = test::run_cli(args);
+  ASSERT_EQ(tx.code, 0) << tx.output;
+  double gflops = -1, rss = -1;
+  const size_t m = tx.output.find("matmul 1024^3 float32: ");
+  ASSERT_NE(m, std::string::npos) << tx.output;
+  ASSERT_EQ(std::sscanf(tx.output.c_str() + m, "matmul 1024^3 float32: %lf GFLOP/s; peak RSS %lf MB", &gflops, &rss), 2) << tx.output;
+  const double j_gflops = j.at("matmul_gflops").get<double>(), j_rss = j.at("peak_rss_mb").get<double>();
+  EXPECT_GT(gflops, j_gflops / 4) << tx.output;
+  EXPECT_LT(gflops, j_gflops * 4) << tx.output;
+  EXPECT_GT(rss, j_rss / 2) << tx.output;
+  EXPECT_LT(rss, j_rss * 2) << tx.output;
+  const size_t row = tx.output.find("\nbahdanau ");
+  ASSERT_NE(row, std::string::npos) << tx.output;
+  long long params = -1;
+  ASSERT_EQ(std::sscanf(tx.output.c_str() + row + 1, "bahdanau %lld", &params), 1) << tx.output;
+  ASSERT_EQ(j.at("rows").size(), 1u);
+  EXPECT_EQ(params, j["rows"][0].at("parameters").get<long long>());
 }
