@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <functional>
 #include <fstream>
 #include <sstream>
@@ -135,6 +136,35 @@ TEST(Train, StepScheduleReducesTheRateAtItsUpdatesAndResumesThere) {
     EXPECT_DOUBLE_EQ(t.straight[i]["lr"].get<double>(), want[i]) << "at validation " << i;
   }
   test::expect_same_trajectory(t, 4, {"train_loss", "valid_loss", "lr"});
+}
+
+// A step schedule whose first reduction lies beyond what the time budget holds at this pace is named in the log, once,
+// with a start that fits; a schedule already reducing is not.
+TEST(Train, StepScheduleOutOfTheTimeBudgetsReachIsNamed) {
+  const auto log_with_start = [](const std::string& name, int start) {
+    const std::string dir = test::temp_dir("step_reach_" + name);
+    Config c = tiny_config(dir);
+    c.train.epochs = 100000;
+    c.train.max_minutes = 0.02;  // 1.2 seconds: a few hundred updates of the tiny model at most
+    c.train.valid_every = 2;
+    c.train.lr_schedule.type = "step";
+    c.train.lr_schedule.start = start;
+    c.train.lr_schedule.every = 1000;
+    validate(c);
+    const TrainResult r = train(c, {}, torch::kCPU);
+    EXPECT_EQ(r.ended_by, "max_minutes") << name;
+    return test::read_file(dir + "/train.log");
+  };
+  const std::string far = log_with_start("far", 100000000);
+  const std::string warning = "train.lr_schedule.start is 100000000, but at this pace the 0.02-minute budget ends near update ";
+  const size_t at = far.find(warning);
+  ASSERT_NE(at, std::string::npos) << far;
+  EXPECT_EQ(far.find(warning, at + 1), std::string::npos) << "said more than once";
+  long long end = -1;
+  ASSERT_EQ(std::sscanf(far.c_str() + at + warning.size(), "%lld", &end), 1);
+  EXPECT_GE(end, 1);  // every run validates at its end, at least after update 1
+  EXPECT_LT(end, 100000000);
+  EXPECT_EQ(log_with_start("near", 1).find("would never reduce"), std::string::npos);
 }
 
 // lr_schedule.warmup: update k of the first w runs at lr * k / w, in the optimizer itself (what the updates use), then

@@ -219,6 +219,7 @@ class TrainingLoop {
   double window_loss();
   double window_rate() const;
   std::string time_left() const;
+  void warn_if_decay_out_of_reach();
   std::string comm_note() const;
 
   const Config& cfg_;
@@ -239,6 +240,7 @@ class TrainingLoop {
   int64_t window_tokens_ = 0;
   double last_progress_ = 0;
   int64_t last_validated_, per_epoch_ = 1;
+  bool decay_warned_ = false;
   const int64_t first_step_;
   const double loop_start_;
 };
@@ -354,6 +356,7 @@ void TrainingLoop::validate(int64_t reported_epoch) {
     if (tty_) std::fprintf(stderr, "\r\033[K");
     spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}", st_.step,
                  m.epoch, m.train_loss, v.loss, v.ppl, v.bleu, v.improved ? " (best)" : "");
+    warn_if_decay_out_of_reach();
   }
   std::vector<std::string> paths;
   if (v.improved) paths.push_back(dir_.best());
@@ -439,6 +442,22 @@ std::string TrainingLoop::time_left() const {
   double left = rate > 0 ? steps / rate : std::numeric_limits<double>::infinity();
   if (t_.max_minutes > 0) left = std::min(left, t_.max_minutes * 60 - trainer_.elapsed_s());
   return format_duration(std::max(0.0, left));
+}
+
+// A step schedule counts updates and a time budget counts minutes, so a schedule fitted to one machine's pace may
+// never start on a slower one (docs/multi30k.md, runs 22-24: 4,400 updates fitted to 50 minutes on a machine that made
+// 6,400, where 50 minutes hold 3,200). Said once, at the first validation whose pace puts the budget's end before the
+// first reduction; the schedule itself is not changed, so that the same seed still gives the same numbers.
+void TrainingLoop::warn_if_decay_out_of_reach() {
+  const LrScheduleConfig& s = t_.lr_schedule;
+  if (decay_warned_ || s.type != "step" || t_.max_minutes <= 0 || st_.step >= s.start || st_.step <= first_step_) return;
+  const double pace = static_cast<double>(st_.step - first_step_) / std::max(1e-9, monotonic_s() - loop_start_);  // updates/s
+  const double end = static_cast<double>(st_.step) + pace * std::max(0.0, t_.max_minutes * 60 - trainer_.elapsed_s());
+  if (end >= s.start || (t_.max_steps > 0 && t_.max_steps <= end)) return;  // in reach, or max_steps ends it first
+  decay_warned_ = true;
+  spdlog::warn("train.lr_schedule.start is {}, but at this pace the {:g}-minute budget ends near update {:.0f}, so the step "
+               "decay would never reduce the rate; about {:.0f} (two thirds of the updates) fits this machine",
+               s.start, t_.max_minutes, end, 2.0 * end / 3.0);
 }
 
 std::string TrainingLoop::comm_note() const {
