@@ -218,6 +218,7 @@ class TrainingLoop {
   TrainResult finish();
   double window_loss();
   double window_rate() const;
+  double steps_per_s() const;
   std::string time_left() const;
   void warn_if_decay_out_of_reach();
   std::string comm_note() const;
@@ -433,10 +434,15 @@ double TrainingLoop::window_rate() const {
   return static_cast<double>(window_tokens_) / std::max(1e-9, monotonic_s() - window_t_);
 }
 
+// Updates per second since this process's loop began (validations included): the pace both estimates below use.
+double TrainingLoop::steps_per_s() const {
+  return static_cast<double>(st_.step - first_step_) / std::max(1e-9, monotonic_s() - loop_start_);
+}
+
 // Time to the end of training at this process's pace (validations included): epochs, max_steps or max_minutes,
 // whichever ends it first.
 std::string TrainingLoop::time_left() const {
-  const double rate = static_cast<double>(st_.step - first_step_) / std::max(1e-9, monotonic_s() - loop_start_);  // steps/s
+  const double rate = steps_per_s();
   double steps = static_cast<double>((t_.epochs - st_.epoch) * per_epoch_ - st_.batch_in_epoch);
   if (t_.max_steps > 0) steps = std::min(steps, static_cast<double>(t_.max_steps - st_.step));
   double left = rate > 0 ? steps / rate : std::numeric_limits<double>::infinity();
@@ -451,8 +457,7 @@ std::string TrainingLoop::time_left() const {
 void TrainingLoop::warn_if_decay_out_of_reach() {
   const LrScheduleConfig& s = t_.lr_schedule;
   if (decay_warned_ || s.type != "step" || t_.max_minutes <= 0 || st_.step >= s.start || st_.step <= first_step_) return;
-  const double pace = static_cast<double>(st_.step - first_step_) / std::max(1e-9, monotonic_s() - loop_start_);  // updates/s
-  const double end = static_cast<double>(st_.step) + pace * std::max(0.0, t_.max_minutes * 60 - trainer_.elapsed_s());
+  const double end = static_cast<double>(st_.step) + steps_per_s() * std::max(0.0, t_.max_minutes * 60 - trainer_.elapsed_s());
   if (end >= s.start || (t_.max_steps > 0 && t_.max_steps <= end)) return;  // in reach, or max_steps ends it first
   decay_warned_ = true;
   spdlog::warn("train.lr_schedule.start is {}, but at this pace the {:g}-minute budget ends near update {:.0f}, so the step "
