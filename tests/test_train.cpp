@@ -164,7 +164,34 @@ TEST(Train, StepScheduleOutOfTheTimeBudgetsReachIsNamed) {
   ASSERT_EQ(std::sscanf(far.c_str() + at + warning.size(), "%lld", &end), 1);
   EXPECT_GE(end, 1);  // every run validates at its end, at least after update 1
   EXPECT_LT(end, 100000000);
-  EXPECT_EQ(log_with_start("near", 1).find("would never reduce"), std::string::npos);
+  EXPECT_EQ(far.find("brings the rate down"), std::string::npos) << far;
+  const std::string near = log_with_start("near", 1);
+  EXPECT_EQ(near.find("would never reduce"), std::string::npos) << near;
+  EXPECT_EQ(near.find("brings the rate down"), std::string::npos) << near;  // 1/64 of the rate at update 5,001
+}
+
+// The other misfit: a step schedule that has annealed the rate to 1/64 of train.lr within the first half of what the
+// budget holds at this pace is named too, once, with the update where it gets there.
+TEST(Train, StepScheduleSpentEarlyInTheTimeBudgetIsNamed) {
+  const std::string dir = test::temp_dir("step_spent");
+  Config c = tiny_config(dir);
+  c.train.epochs = 100000;
+  c.train.max_minutes = 0.04;  // 2.4 seconds: the warning needs a budget of more than 14 updates
+  c.train.valid_every = 2;
+  c.train.lr = 0.008;
+  c.train.lr_schedule.type = "step";
+  c.train.lr_schedule.start = 2;
+  c.train.lr_schedule.every = 1;  // halved after updates 2, 3, ..., 7: 1/64 of the rate (1.25e-4) after update 7
+  validate(c);
+  const TrainResult r = train(c, {}, torch::kCPU);
+  ASSERT_EQ(r.ended_by, "max_minutes");
+  ASSERT_GE(r.validations.size(), 2u);
+  const std::string log = test::read_file(dir + "/train.log");
+  const std::string warning = "train.lr_schedule brings the rate down to 0.000125 (train.lr 0.008) by update 7, but at this pace";
+  const size_t at = log.find(warning);
+  ASSERT_NE(at, std::string::npos) << log;
+  EXPECT_EQ(log.find("brings the rate down", at + warning.size()), std::string::npos) << "said more than once";
+  EXPECT_EQ(log.find("would never reduce"), std::string::npos) << log;
 }
 
 // lr_schedule.warmup: update k of the first w runs at lr * k / w, in the optimizer itself (what the updates use), then

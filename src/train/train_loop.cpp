@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <csignal>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -450,19 +451,39 @@ std::string TrainingLoop::time_left() const {
   return format_duration(std::max(0.0, left));
 }
 
-// A step schedule counts updates and a time budget counts minutes, so a schedule fitted to one machine's pace may
-// never start on a slower one (docs/multi30k.md, runs 22-24: 4,400 updates fitted to 50 minutes on a machine that made
-// 6,400, where 50 minutes hold 3,200). Said once, at the first validation whose pace puts the budget's end before the
-// first reduction; the schedule itself is not changed, so that the same seed still gives the same numbers.
+// A step schedule counts updates and a time budget counts minutes, so a schedule fitted to one machine's pace misfits
+// another's: on a slower machine the first reduction may never come (docs/multi30k.md, runs 22-24: 4,400 updates
+// fitted to 50 minutes on a machine that made 6,400, where 50 minutes hold 3,200); on a faster one the rate may be
+// annealed to almost nothing in the budget's first part, which then trains on at that rate (runs 39-42: a schedule
+// fitted to 2,700 updates on a machine that makes 13,000). Said once, at the first validation whose pace shows either;
+// the schedule itself is not changed, so that the same seed still gives the same numbers.
 void TrainingLoop::warn_if_decay_out_of_reach() {
   const LrScheduleConfig& s = t_.lr_schedule;
-  if (decay_warned_ || s.type != "step" || t_.max_minutes <= 0 || st_.step >= s.start || st_.step <= first_step_) return;
+  if (decay_warned_ || s.type != "step" || t_.max_minutes <= 0 || st_.step <= first_step_) return;
   const double end = static_cast<double>(st_.step) + steps_per_s() * std::max(0.0, t_.max_minutes * 60 - trainer_.elapsed_s());
-  if (end >= s.start || (t_.max_steps > 0 && t_.max_steps <= end)) return;  // in reach, or max_steps ends it first
+  if (t_.max_steps > 0 && t_.max_steps <= end) return;  // max_steps ends the run first: the budget's pace says nothing
+  if (st_.step < s.start && end < s.start) {
+    decay_warned_ = true;
+    spdlog::warn("train.lr_schedule.start is {}, but at this pace the {:g}-minute budget ends near update {:.0f}, so the "
+                 "step decay would never reduce the rate; about {:.0f} (two thirds of the updates) fits this machine",
+                 s.start, t_.max_minutes, end, 2.0 * end / 3.0);
+    return;
+  }
+  // The update after which the decay has brought the rate to 1/64 of train.lr (six halvings at factor 0.5), or to its
+  // floor min_lr if that comes first: from there on the updates barely move the model.
+  const double to_64th = std::ceil(std::log(1.0 / 64) / std::log(s.factor));
+  const double to_floor = s.min_lr > 0 ? std::ceil(std::log(s.min_lr / t_.lr) / std::log(s.factor)) : to_64th;
+  const double reductions = std::min(to_64th, to_floor);
+  if (reductions < 1) return;  // min_lr at or above train.lr: the decay never reduces the rate
+  const double first = s.start > 0 ? s.start : s.every;
+  const double spent = first + (reductions - 1) * s.every;
+  if (spent >= end / 2) return;
   decay_warned_ = true;
-  spdlog::warn("train.lr_schedule.start is {}, but at this pace the {:g}-minute budget ends near update {:.0f}, so the step "
-               "decay would never reduce the rate; about {:.0f} (two thirds of the updates) fits this machine",
-               s.start, t_.max_minutes, end, 2.0 * end / 3.0);
+  const double low = std::max(s.min_lr, t_.lr * std::pow(s.factor, reductions));
+  spdlog::warn("train.lr_schedule brings the rate down to {:.3g} (train.lr {:g}) by update {:.0f}, but at this pace the "
+               "{:g}-minute budget ends near update {:.0f}, so more than half of it would train at that rate; a start of "
+               "about {:.0f} (two thirds of the updates) fits this machine, or type 'plateau', which follows validation",
+               low, t_.lr, spent, t_.max_minutes, end, 2.0 * end / 3.0);
 }
 
 std::string TrainingLoop::comm_note() const {
