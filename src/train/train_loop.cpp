@@ -221,7 +221,7 @@ class TrainingLoop {
   double window_rate() const;
   double steps_per_s() const;
   std::string time_left() const;
-  void warn_if_decay_out_of_reach();
+  void warn_if_schedule_misfits_budget();
   std::string comm_note() const;
 
   const Config& cfg_;
@@ -358,7 +358,7 @@ void TrainingLoop::validate(int64_t reported_epoch) {
     if (tty_) std::fprintf(stderr, "\r\033[K");
     spdlog::info("validation at step {} (epoch {}): train loss {:.4f}, valid loss {:.4f}, ppl {:.2f}, BLEU {:.2f}{}", st_.step,
                  m.epoch, m.train_loss, v.loss, v.ppl, v.bleu, v.improved ? " (best)" : "");
-    warn_if_decay_out_of_reach();
+    warn_if_schedule_misfits_budget();
   }
   std::vector<std::string> paths;
   if (v.improved) paths.push_back(dir_.best());
@@ -457,7 +457,7 @@ std::string TrainingLoop::time_left() const {
 // annealed to almost nothing in the budget's first part, which then trains on at that rate (runs 39-42: a schedule
 // fitted to 2,700 updates on a machine that makes 13,000). Said once, at the first validation whose pace shows either;
 // the schedule itself is not changed, so that the same seed still gives the same numbers.
-void TrainingLoop::warn_if_decay_out_of_reach() {
+void TrainingLoop::warn_if_schedule_misfits_budget() {
   const LrScheduleConfig& s = t_.lr_schedule;
   if (decay_warned_ || s.type != "step" || t_.max_minutes <= 0 || st_.step <= first_step_) return;
   const double end = static_cast<double>(st_.step) + steps_per_s() * std::max(0.0, t_.max_minutes * 60 - trainer_.elapsed_s());
