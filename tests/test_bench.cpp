@@ -75,7 +75,9 @@ TEST(Bench, JsonFiguresAreConsistent) {
   EXPECT_EQ(jr.at("kernels").get<std::string>(), "reference");
   EXPECT_NE(jr.at("kernel_choice").get<std::string>().find("plain LibTorch operations"), std::string::npos);
   EXPECT_NE(jr.at("training_products").get<std::string>().find("--kernels reference"), std::string::npos);
-  if (PackedLinear::available()) EXPECT_GT(jr.at("matmul_gflops_packed").get<double>(), 0);
+  if (PackedLinear::available()) {
+    EXPECT_GT(jr.at("matmul_gflops_packed").get<double>(), 0);
+  }
   ASSERT_EQ(jr.at("rows").size(), 1u);
   EXPECT_GT(jr["rows"][0].at("train_tokens_per_s").get<double>(), 0);
   // The CPU's theoretical peak is the product of its stated factors, and the roofline's share of it follows.

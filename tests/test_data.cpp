@@ -201,8 +201,12 @@ TEST(Batcher, TokenBatchesStayWithinTheBoundAndCoverEverySentenceOnce) {
       ++seen[static_cast<size_t>(i)];
       longest = std::max(longest, data[static_cast<size_t>(i)].tgt.size() + 1);
     }
-    if (b.size() > 1) EXPECT_LE(static_cast<int64_t>(b.size() * longest), bound);
-    if (longest > static_cast<size_t>(bound)) EXPECT_EQ(b.size(), 1u);
+    if (b.size() > 1) {
+      EXPECT_LE(static_cast<int64_t>(b.size() * longest), bound);
+    }
+    if (longest > static_cast<size_t>(bound)) {
+      EXPECT_EQ(b.size(), 1u);
+    }
     if (longest <= 10) short_batch_sentences += b.size(), ++short_batches;
   }
   for (size_t i = 0; i < seen.size(); ++i) EXPECT_EQ(seen[i], 1) << i;

@@ -70,8 +70,9 @@ TEST(Docs, EveryLinkResolves) {
         ADD_FAILURE() << f.string() << ": link to " << target << ": no such file";
         continue;
       }
-      if (!anchor.empty() && resolved.extension() == ".md")
+      if (!anchor.empty() && resolved.extension() == ".md") {
         EXPECT_TRUE(anchors(resolved).count(anchor)) << f.string() << ": link to " << target << ": no heading with that anchor";
+      }
     }
   }
   EXPECT_GT(checked, 10) << "the documentation's links were not found";

@@ -153,8 +153,12 @@ TEST(Explain, SelfAttentionLayersAndHeadsAreTheirForwardPass) {
       ASSERT_EQ(e.masked.size(), keys) << at;
       for (size_t j = 0; j < keys; ++j)  // the decoder's row t sees keys 0..t (<bos> and the tokens before its output)
         EXPECT_EQ(e.masked[j], part == "decoder" && static_cast<int64_t>(j) >= e.step) << at << " key " << j;
-      if (part == "encoder") EXPECT_EQ(e.query_token, e.source.at(1)) << at;
-      if (part == "decoder") EXPECT_EQ(e.query_token, length >= 2 ? e.target[length - 2] : std::string("<bos>")) << at;
+      if (part == "encoder") {
+        EXPECT_EQ(e.query_token, e.source.at(1)) << at;
+      }
+      if (part == "decoder") {
+        EXPECT_EQ(e.query_token, length >= 2 ? e.target[length - 2] : std::string("<bos>")) << at;
+      }
       EXPECT_LT(e.context_check, 1e-5) << at;
       std::vector<double> mean(keys, 0.0);
       for (const HeadLookup& h : e.heads) {

@@ -390,7 +390,9 @@ TEST(OutputKernel, ArgmaxAndLogProbabilityEqualLogSoftmaxThenMax) {
         const double aten_err = (aten_lp.to(torch::kDouble) - ref_lp).abs().max().item<double>();
         EXPECT_LT((k.logp.to(torch::kDouble) - ref_lp).abs().max().item<double>(), std::max(1e-5, 2 * aten_err))
             << "V " << V << " spread " << spread << " lanes " << cap;
-        if (V >= 3) EXPECT_EQ(k.ids[5].item<int64_t>(), V - 2) << "ties go to the first index";
+        if (V >= 3) {
+          EXPECT_EQ(k.ids[5].item<int64_t>(), V - 2) << "ties go to the first index";
+        }
       }
     }
     ran.insert(cap);
@@ -654,7 +656,9 @@ TEST(OutputKernel, BatchedProductEqualsBmmInDoublePrecision) {
       EXPECT_LT(close(c.detach(), cd.detach()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
       EXPECT_LT(close(ga, ad.grad()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
       EXPECT_LT(close(gb, bd.grad()), 1e-5) << M << " " << K << " " << N << " layout " << layout;
-      if (K == 0) EXPECT_EQ(c.abs().max().item<float>(), 0.0f);
+      if (K == 0) {
+        EXPECT_EQ(c.abs().max().item<float>(), 0.0f);
+      }
       if (layout == 2 && K > 0) {  // the columns outside the view get no gradient
         EXPECT_EQ(b_leaf.grad().narrow(2, 0, 1).abs().max().item<float>(), 0.0f);
       }

@@ -432,7 +432,9 @@ TEST(Model, StepwiseAndAllStepsPathsAgree) {
     auto slow = model->forward(b.src, b.len, b.mask, b.tgt_in, 1.0, true);
     EXPECT_TRUE(torch::allclose(fast.logits, slow.logits, 1e-5, 1e-5)) << name_of(m);
     ASSERT_EQ(fast.weights.defined(), slow.weights.defined()) << name_of(m);
-    if (fast.weights.defined()) EXPECT_TRUE(torch::allclose(fast.weights, slow.weights, 1e-5, 1e-5)) << name_of(m);
+    if (fast.weights.defined()) {
+      EXPECT_TRUE(torch::allclose(fast.weights, slow.weights, 1e-5, 1e-5)) << name_of(m);
+    }
     ++checked;
   }
   // luong dot/general/concat, scaled_dot x2; none, bahdanau (GRU, LSTM); the three self-attention pairings (for a

@@ -514,7 +514,9 @@ TEST(SelfAttention, SnapshotsShowTheStacksLastLayers) {
         double sum = 0;
         for (size_t k = 0; k < n; ++k) {
           sum += w[q][k];
-          if (std::string(side) == "decoder_self" && k > q) EXPECT_EQ(w[q][k], 0.0) << side << " " << q << "," << k;
+          if (std::string(side) == "decoder_self" && k > q) {
+            EXPECT_EQ(w[q][k], 0.0) << side << " " << q << "," << k;
+          }
         }
         EXPECT_NEAR(sum, 1.0, 1e-4) << side << " row " << q;
       }

@@ -98,7 +98,9 @@ TEST(Search, ACancelledSearchStopsBeforeItsNextStep) {
       EXPECT_THROW(beam_search(model, b, so, torch::kCPU), SearchCancelled);
     EXPECT_EQ(asked, 4) << "beam " << beam << ": asked once a step, and stopped at the first true";
     so.cancelled = [] { return false; };
-    if (beam == 1) EXPECT_EQ(greedy_search(model, b, so, torch::kCPU).size(), 4u);  // never cancelled: runs whole
+    if (beam == 1) {
+      EXPECT_EQ(greedy_search(model, b, so, torch::kCPU).size(), 4u);  // never cancelled: runs whole
+    }
   }
 }
 
@@ -250,7 +252,9 @@ TEST(Translate, NbestIsDistinctSortedAndStartsWithTheBest) {
     for (size_t k = 0; k < hyps.size(); ++k) {
       distinct.insert(hyps[k].at("tokens").get<std::vector<std::string>>());
       EXPECT_LE(hyps[k].at("logprob").get<double>(), 0.0);
-      if (k > 0) EXPECT_GE(hyps[k - 1].at("score").get<double>(), hyps[k].at("score").get<double>()) << lines[i];
+      if (k > 0) {
+        EXPECT_GE(hyps[k - 1].at("score").get<double>(), hyps[k].at("score").get<double>()) << lines[i];
+      }
     }
     EXPECT_EQ(distinct.size(), hyps.size()) << lines[i];
   }

@@ -248,235 +248,259 @@ Key integer_list(const std::string& path, F field, const std::string& doc) {
 
 namespace config_detail {
 
+namespace {
+
+// run_dir, device and data.*
+void add_run_and_data_keys(std::vector<Key>& t) {
+  t.push_back(text("run_dir", [](Config& c) -> std::string& { return c.run_dir; }, true,
+                   "where checkpoints, vocabularies, logs and metrics go"));
+  {
+    Key k = text("device", [](Config& c) -> std::string& { return c.device; }, false,
+                 "`auto` (CUDA when available) \\| `cpu` \\| `cuda` \\| `cuda:N`; `--device` overrides");
+    k.check = [](const Config& c) {
+      const std::string& d = c.device;
+      bool ok = d == "auto" || d == "cpu" || d == "cuda";
+      if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5) ok = d.find_first_not_of("0123456789", 5) == std::string::npos;
+      if (!ok) fail("device", "unknown value '" + d + "'. Valid options: auto, cpu, cuda, cuda:N");
+    };
+    t.push_back(k);
+  }
+#define ATTNMT_SPLIT_KEYS(NAME, WHAT)                                                                                   \
+  t.push_back(text("data." #NAME ".src", [](Config& c) -> std::string& { return c.data.NAME.src; }, false,             \
+                 WHAT ": source-side file, one sentence per line"));                                                \
+  t.push_back(text("data." #NAME ".tgt", [](Config& c) -> std::string& { return c.data.NAME.tgt; }, false,             \
+                 WHAT ": target-side file, line-aligned with src"));                                                \
+  t.push_back(text("data." #NAME ".tsv", [](Config& c) -> std::string& { return c.data.NAME.tsv; }, false,             \
+                 WHAT ": instead of src/tgt, one TSV file `src<TAB>tgt[<TAB>ignored...]`"));                        \
+  t.push_back(text("data." #NAME ".align", [](Config& c) -> std::string& { return c.data.NAME.align; }, false,         \
+                 WHAT ": gold alignments, Pharaoh `i-j` (0-based source-target); used for AER"));
+  ATTNMT_SPLIT_KEYS(train, "training pairs")
+  ATTNMT_SPLIT_KEYS(valid, "validation pairs")
+  ATTNMT_SPLIT_KEYS(test, "test pairs (`evaluate`)")
+#undef ATTNMT_SPLIT_KEYS
+  t.push_back(integer("data.max_len", [](Config& c) -> int& { return c.data.max_len; }, closed(1, 1000),
+                      "training/validation pairs with a side longer than this many tokens (pieces with `sentencepiece`) are dropped and counted"));
+  t.push_back(boolean("data.lowercase", [](Config& c) -> bool& { return c.data.lowercase; }, "lowercase before tokenizing"));
+  t.push_back(choice("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; }, {"space", "13a", "sentencepiece"},
+                     "`space`: pre-tokenized text; `13a`: sacreBLEU's 13a rules; `sentencepiece`: subword pieces (`data.spm.*`)"));
+  t.push_back(integer("data.spm.vocab_size", [](Config& c) -> int& { return c.data.spm.vocab_size; }, closed(8, 1000000),
+                      "pieces per SentencePiece model, trained on the training split by `train`"));
+  t.push_back(choice("data.spm.model_type", [](Config& c) -> std::string& { return c.data.spm.model_type; },
+                     {"unigram", "bpe"}, "SentencePiece algorithm"));
+  t.push_back(boolean("data.spm.joint", [](Config& c) -> bool& { return c.data.spm.joint; },
+                      "one SentencePiece model trained on both sides (else one per side)"));
+  t.push_back(number("data.spm.character_coverage", [](Config& c) -> double& { return c.data.spm.character_coverage; },
+                     {0, 1, true, false, ""}, "share of the training characters the pieces cover; the rest become `<unk>`"));
+  auto sentencepiece_only = [](const Config& c) -> std::string {
+    return c.data.tokenizer == "sentencepiece" ? "" : "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'";
+  };
+  t.push_back(applying(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
+                            "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"),
+                       "`data.tokenizer` `sentencepiece`", sentencepiece_only));
+  t.push_back(applying(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
+                            "a trained SentencePiece `.model` for the target side (with `src_model`)"),
+                       "`data.tokenizer` `sentencepiece`", sentencepiece_only));
+  t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
+                      "keep source tokens seen at least this often"));
+  t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
+                      at_least(0, "0 = no limit"), "keep at most this many source tokens besides the specials"));
+  t.push_back(integer("data.tgt_vocab.min_freq", [](Config& c) -> int& { return c.data.tgt_vocab.min_freq; }, at_least(1),
+                      "keep target tokens seen at least this often"));
+  t.push_back(integer("data.tgt_vocab.max_size", [](Config& c) -> int& { return c.data.tgt_vocab.max_size; },
+                      at_least(0, "0 = no limit"), "keep at most this many target tokens besides the specials"));
+}
+
+// model.*: the cell, sizes, dropout and attention
+void add_model_keys(std::vector<Key>& t) {
+  t.push_back(enumeration("model.rnn", [](Config& c) -> RnnCell& { return c.model.rnn; }, rnn_cell_from_string,
+                          {RnnCell::kGru, RnnCell::kLstm}, false, "recurrent cell of encoder and decoder"));
+  t.push_back(integer("model.embed_dim", [](Config& c) -> int& { return c.model.embed_dim; }, closed(1, 65536),
+                      "embedding size (source and target)"));
+  t.push_back(integer("model.hidden_dim", [](Config& c) -> int& { return c.model.hidden_dim; }, closed(1, 65536),
+                      "decoder state size; a bidirectional encoder gives each direction half of it (must be even then)"));
+  t.push_back(integer("model.encoder_layers", [](Config& c) -> int& { return c.model.encoder_layers; }, closed(1, 16),
+                      "stacked encoder RNN layers"));
+  t.push_back(integer("model.decoder_layers", [](Config& c) -> int& { return c.model.decoder_layers; }, closed(1, 16),
+                      "stacked decoder RNN layers"));
+  t.push_back(boolean("model.bidirectional", [](Config& c) -> bool& { return c.model.bidirectional; }, "bidirectional encoder"));
+  t.push_back(number("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, half_open(0, 1),
+                     "dropout on embeddings, between layers and before the output layer"));
+  t.push_back(applying(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
+                               "feed the attentional state into the next step"),
+                       "types `luong` and `scaled_dot`, RNN decoder", [](const Config& c) -> std::string {
+                         if (!attention_is(c, "luong") && !attention_is(c, "scaled_dot"))
+                           return "only applies to types 'luong' and 'scaled_dot', not '" + to_string(c.model.attention.type) + "'";
+                         return c.model.decoder.type == LayerType::kSelfAttention ? "only applies to an RNN decoder" : "";
+                       }));
+  t.push_back(applying(boolean("model.tie_output", [](Config& c) -> bool& { return c.model.tie_output; },
+                               "the output layer's weights are the target embeddings (Press & Wolf 2017)"),
+                       "hidden_dim equal to embed_dim", [](const Config& c) -> std::string {
+                         if (c.model.hidden_dim == c.model.embed_dim) return "";
+                         return "needs model.hidden_dim (" + std::to_string(c.model.hidden_dim) + ") equal to model.embed_dim (" +
+                                std::to_string(c.model.embed_dim) + "): the output layer reads hidden_dim features";
+                       }));
+  t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
+                          attention_type_from_string,
+                          attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
+  t.push_back(applying(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
+                                   luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat},
+                                   true, "the score function (not given: `general`)"),
+                       "type `luong`", attention_type_is("luong", "")));
+  t.push_back(applying(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; },
+                               closed(1, 1024), "attention heads; must divide the attention dimension"),
+                       "type `scaled_dot`", attention_type_is("scaled_dot", "")));
+  t.push_back(applying(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
+                               at_least(0, "0 = hidden_dim"), "attention dimension"),
+                       "types `bahdanau`, `scaled_dot`, and `luong` with score `concat`", [](const Config& c) -> std::string {
+                         const auto& a = c.model.attention;
+                         const bool luong = attention_is(c, "luong");
+                         if (!attention_is(c, "none") && !(luong && effective_score(a) != LuongScore::kConcat)) return "";
+                         return "has no effect for type '" + to_string(a.type) + "'" +
+                                (luong ? " with score '" + to_string(effective_score(a)) + "'" : std::string());
+                       }));
+  t.push_back(applying(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
+                               "divide the scores by √d_k (experiment key: `false` shows why it is there)"),
+                       "type `scaled_dot`", attention_type_is("scaled_dot", " (the only one that scales its scores)")));
+  t.push_back(applying(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
+                               "padded source positions get attention weight 0 (experiment key: `false` lets padding into "
+                               "the softmax)"),
+                       "types other than `none`", [](const Config& c) -> std::string {
+                         return attention_is(c, "none") ? "has no effect for type 'none' (no attention to mask)"
+                                                                               : "";
+                       }));
+}
+
+// model.encoder.* and model.decoder.*: the layers of each side. Written to config.json only when not at their
+// defaults, so that the config of an RNN run reads as it always has.
+void add_stack_keys(std::vector<Key>& t) {
+  auto quiet = [](Key k) {
+    k.write_default = false;
+    return k;
+  };
+#define ATTNMT_STACK_KEYS(SIDE, WHAT)                                                                                   \
+  t.push_back(quiet(enumeration("model." #SIDE ".type", [](Config& c) -> LayerType& { return c.model.SIDE.type; },      \
+                              layer_type_from_string, {LayerType::kRnn, LayerType::kSelfAttention}, false,            \
+                              WHAT ": recurrent layers or self-attention layers (`" #SIDE "_layers` of them, "       \
+                              "`hidden_dim` wide)")));                                                              \
+  t.push_back(applying(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
+                              positions_from_string, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone},   \
+                              false, "how the " WHAT " sees word order (`none`: it does not)")), \
+                     "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+  t.push_back(applying(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
+                          "self-attention heads of the " WHAT "; must divide `hidden_dim`")),  \
+                     "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
+  t.push_back(applying(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
+                          at_least(0, "0 = 4 x hidden_dim"), "feed-forward size of each " WHAT " layer")), \
+                     "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, "")));
+  ATTNMT_STACK_KEYS(encoder, "encoder")
+  ATTNMT_STACK_KEYS(decoder, "decoder")
+#undef ATTNMT_STACK_KEYS
+  t.push_back(applying(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
+                                     "position t attends to positions <= t (experiment key: "
+                                     "`false` lets training peek at the next words)")),
+                       "`model.decoder.type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.decoder.type; },
+                                            " (an RNN decoder cannot see ahead)")));
+}
+
+// train.*
+void add_train_keys(std::vector<Key>& t) {
+  t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
+                      "passes over the training data"));
+  t.push_back(integer("train.max_steps", [](Config& c) -> long& { return c.train.max_steps; }, at_least(0, "0 = no limit"),
+                      "stop after this many updates"));
+  t.push_back(number("train.max_minutes", [](Config& c) -> double& { return c.train.max_minutes; }, at_least(0, "0 = no limit"),
+                     "stop after this much training time"));
+  t.push_back(integer("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, closed(1, 100000),
+                      "sentence pairs per batch (length-bucketed)"));
+  t.push_back(integer("train.batch_tokens", [](Config& c) -> int& { return c.train.batch_tokens; },
+                      at_least(0, "0 = batches of `batch_size` sentences"),
+                      "instead of `batch_size`: as many sentences as fit in this many target tokens, padding and `<eos>` included "
+                      "(a longer sentence goes alone)"));
+  t.push_back(number("train.lr", [](Config& c) -> double& { return c.train.lr; }, {0, 10, true, false, ""},
+                     "Adam learning rate"));
+  t.push_back(number("train.clip_norm", [](Config& c) -> double& { return c.train.clip_norm; }, at_least(0, "0 = off"),
+                     "gradient clipping by global norm"));
+  t.push_back(number("train.teacher_forcing", [](Config& c) -> double& { return c.train.teacher_forcing; }, closed(0, 1),
+                     "probability of feeding the gold previous token (else the model's own prediction)"));
+  t.push_back(number("train.label_smoothing", [](Config& c) -> double& { return c.train.label_smoothing; }, half_open(0, 1),
+                     "label smoothing of the cross-entropy loss"));
+  t.push_back(integer("train.seed", [](Config& c) -> int& { return c.train.seed; }, at_least(0),
+                      "seed for initialisation, shuffling and dropout"));
+  t.push_back(integer("train.valid_every", [](Config& c) -> long& { return c.train.valid_every; },
+                      at_least(0, "0 = epoch end only"), "validate every this many steps, and at each epoch end"));
+  t.push_back(integer("train.log_every", [](Config& c) -> long& { return c.train.log_every; }, at_least(1),
+                      "plain progress line every this many steps when stderr is not a terminal"));
+  t.push_back(integer("train.keep_checkpoints", [](Config& c) -> int& { return c.train.keep_checkpoints; },
+                      closed(0, 1000), "keep the checkpoints of the last N validations as `ckpt-<step>.pt` (0 = none), for `attnmt average`"));
+  t.push_back(integer("train.snapshot_sentences", [](Config& c) -> int& { return c.train.snapshot_sentences; },
+                      closed(0, 20), "validation sentences whose attention maps are kept at every validation in `progress/` (0 = none)"));
+  t.push_back(choice("train.precision", [](Config& c) -> std::string& { return c.train.precision; }, {"fp32", "tf32", "bf16"},
+                     "`tf32`: float32 products and cuDNN in TF32 on CUDA; `bf16`: forward passes autocast to bfloat16, "
+                     "parameters, optimizer state and loss in float32 (docs/gpu.md)"));
+  t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
+                     {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
+  t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },
+                      at_least(0, "0 = never stop early"), "stop after this many validations without improvement"));
+  t.push_back(choice("train.lr_schedule.type", [](Config& c) -> std::string& { return c.train.lr_schedule.type; },
+                     {"none", "plateau", "step"},
+                     "`plateau`: reduce the learning rate when the early-stopping metric stalls; `step`: after update `start`, "
+                     "then every `every` updates"));
+  t.push_back(number("train.lr_schedule.factor", [](Config& c) -> double& { return c.train.lr_schedule.factor; }, open(0, 1),
+                     "plateau, step: multiply the learning rate by this"));
+  t.push_back(integer("train.lr_schedule.patience", [](Config& c) -> int& { return c.train.lr_schedule.patience; }, at_least(0),
+                      "plateau: validations without improvement before reducing"));
+  t.push_back(integer("train.lr_schedule.warmup", [](Config& c) -> int& { return c.train.lr_schedule.warmup; },
+                      at_least(0), "any type: over the first this many updates the rate rises linearly, from "
+                                   "`train.lr`/warmup to `train.lr` (0 = none)"));
+  t.push_back(number("train.lr_schedule.min_lr", [](Config& c) -> double& { return c.train.lr_schedule.min_lr; }, at_least(0),
+                     "plateau, step: never go below this"));
+  auto step_only = [](const Config& c) -> std::string {
+    return c.train.lr_schedule.type == "step" ? "" : "only applies to type 'step', not '" + c.train.lr_schedule.type + "'";
+  };
+  t.push_back(applying(integer("train.lr_schedule.start", [](Config& c) -> int& { return c.train.lr_schedule.start; },
+                               at_least(0), "step: reduce the rate after this update (0: first after `every` updates)"),
+                       "type `step`", step_only));
+  t.push_back(applying(integer("train.lr_schedule.every", [](Config& c) -> int& { return c.train.lr_schedule.every; },
+                               at_least(1), "step: then reduce it again after every this many updates"),
+                       "type `step`", step_only));
+}
+
+// eval.*
+void add_eval_keys(std::vector<Key>& t) {
+  t.push_back(integer("eval.beam_size", [](Config& c) -> int& { return c.eval.beam_size; }, closed(1, 100),
+                      "beam width (1 = greedy)"));
+  t.push_back(number("eval.length_penalty", [](Config& c) -> double& { return c.eval.length_penalty; }, closed(0, 5),
+                     "GNMT length penalty α, ((5+len)/6)^α; 0 = raw log-probability"));
+  t.push_back(number("eval.max_len_ratio", [](Config& c) -> double& { return c.eval.max_len_ratio; }, above(0),
+                     "decode at most `max_len_ratio × src_len + 10` tokens"));
+  t.push_back(integer("eval.batch_size", [](Config& c) -> int& { return c.eval.batch_size; }, closed(1, 100000),
+                      "sentences decoded at once"));
+  {
+    Key k = integer_list("eval.buckets", [](Config& c) -> std::vector<int>& { return c.eval.buckets; },
+                         "upper edges of the source-length buckets of BLEU by length (a last bucket takes the rest)");
+    k.check = [](const Config& c) {
+      const auto& b = c.eval.buckets;
+      if (b.empty()) fail("eval.buckets", "must list at least one bucket edge");
+      for (size_t i = 0; i < b.size(); ++i) {
+        if (b[i] < 1) fail("eval.buckets[" + std::to_string(i) + "]", "must be >= 1");
+        if (i > 0 && b[i] <= b[i - 1]) fail("eval.buckets[" + std::to_string(i) + "]", "edges must be strictly increasing");
+      }
+    };
+    t.push_back(k);
+  }
+}
+
+}  // namespace
+
 // Every config key, in the order of configs/README.md. The one place a key's name is spelled.
 const std::vector<Key>& keys() {
   static const std::vector<Key> table = [] {
     std::vector<Key> t;
-    t.push_back(text("run_dir", [](Config& c) -> std::string& { return c.run_dir; }, true,
-                     "where checkpoints, vocabularies, logs and metrics go"));
-    {
-      Key k = text("device", [](Config& c) -> std::string& { return c.device; }, false,
-                   "`auto` (CUDA when available) \\| `cpu` \\| `cuda` \\| `cuda:N`; `--device` overrides");
-      k.check = [](const Config& c) {
-        const std::string& d = c.device;
-        bool ok = d == "auto" || d == "cpu" || d == "cuda";
-        if (!ok && d.rfind("cuda:", 0) == 0 && d.size() > 5) ok = d.find_first_not_of("0123456789", 5) == std::string::npos;
-        if (!ok) fail("device", "unknown value '" + d + "'. Valid options: auto, cpu, cuda, cuda:N");
-      };
-      t.push_back(k);
-    }
-#define ATTNMT_SPLIT_KEYS(NAME, WHAT)                                                                                   \
-  t.push_back(text("data." #NAME ".src", [](Config& c) -> std::string& { return c.data.NAME.src; }, false,             \
-                   WHAT ": source-side file, one sentence per line"));                                                \
-  t.push_back(text("data." #NAME ".tgt", [](Config& c) -> std::string& { return c.data.NAME.tgt; }, false,             \
-                   WHAT ": target-side file, line-aligned with src"));                                                \
-  t.push_back(text("data." #NAME ".tsv", [](Config& c) -> std::string& { return c.data.NAME.tsv; }, false,             \
-                   WHAT ": instead of src/tgt, one TSV file `src<TAB>tgt[<TAB>ignored...]`"));                        \
-  t.push_back(text("data." #NAME ".align", [](Config& c) -> std::string& { return c.data.NAME.align; }, false,         \
-                   WHAT ": gold alignments, Pharaoh `i-j` (0-based source-target); used for AER"));
-    ATTNMT_SPLIT_KEYS(train, "training pairs")
-    ATTNMT_SPLIT_KEYS(valid, "validation pairs")
-    ATTNMT_SPLIT_KEYS(test, "test pairs (`evaluate`)")
-#undef ATTNMT_SPLIT_KEYS
-    t.push_back(integer("data.max_len", [](Config& c) -> int& { return c.data.max_len; }, closed(1, 1000),
-                        "training/validation pairs with a side longer than this many tokens (pieces with `sentencepiece`) are dropped and counted"));
-    t.push_back(boolean("data.lowercase", [](Config& c) -> bool& { return c.data.lowercase; }, "lowercase before tokenizing"));
-    t.push_back(choice("data.tokenizer", [](Config& c) -> std::string& { return c.data.tokenizer; }, {"space", "13a", "sentencepiece"},
-                       "`space`: pre-tokenized text; `13a`: sacreBLEU's 13a rules; `sentencepiece`: subword pieces (`data.spm.*`)"));
-    t.push_back(integer("data.spm.vocab_size", [](Config& c) -> int& { return c.data.spm.vocab_size; }, closed(8, 1000000),
-                        "pieces per SentencePiece model, trained on the training split by `train`"));
-    t.push_back(choice("data.spm.model_type", [](Config& c) -> std::string& { return c.data.spm.model_type; },
-                       {"unigram", "bpe"}, "SentencePiece algorithm"));
-    t.push_back(boolean("data.spm.joint", [](Config& c) -> bool& { return c.data.spm.joint; },
-                        "one SentencePiece model trained on both sides (else one per side)"));
-    t.push_back(number("data.spm.character_coverage", [](Config& c) -> double& { return c.data.spm.character_coverage; },
-                       {0, 1, true, false, ""}, "share of the training characters the pieces cover; the rest become `<unk>`"));
-    auto sentencepiece_only = [](const Config& c) -> std::string {
-      return c.data.tokenizer == "sentencepiece" ? "" : "only applies to tokenizer 'sentencepiece', not '" + c.data.tokenizer + "'";
-    };
-    t.push_back(applying(text("data.spm.src_model", [](Config& c) -> std::string& { return c.data.spm.src_model; }, false,
-                              "a trained SentencePiece `.model` for the source side instead of training one (with `tgt_model`)"),
-                         "`data.tokenizer` `sentencepiece`", sentencepiece_only));
-    t.push_back(applying(text("data.spm.tgt_model", [](Config& c) -> std::string& { return c.data.spm.tgt_model; }, false,
-                              "a trained SentencePiece `.model` for the target side (with `src_model`)"),
-                         "`data.tokenizer` `sentencepiece`", sentencepiece_only));
-    t.push_back(integer("data.src_vocab.min_freq", [](Config& c) -> int& { return c.data.src_vocab.min_freq; }, at_least(1),
-                        "keep source tokens seen at least this often"));
-    t.push_back(integer("data.src_vocab.max_size", [](Config& c) -> int& { return c.data.src_vocab.max_size; },
-                        at_least(0, "0 = no limit"), "keep at most this many source tokens besides the specials"));
-    t.push_back(integer("data.tgt_vocab.min_freq", [](Config& c) -> int& { return c.data.tgt_vocab.min_freq; }, at_least(1),
-                        "keep target tokens seen at least this often"));
-    t.push_back(integer("data.tgt_vocab.max_size", [](Config& c) -> int& { return c.data.tgt_vocab.max_size; },
-                        at_least(0, "0 = no limit"), "keep at most this many target tokens besides the specials"));
-
-    t.push_back(enumeration("model.rnn", [](Config& c) -> RnnCell& { return c.model.rnn; }, rnn_cell_from_string,
-                            {RnnCell::kGru, RnnCell::kLstm}, false, "recurrent cell of encoder and decoder"));
-    t.push_back(integer("model.embed_dim", [](Config& c) -> int& { return c.model.embed_dim; }, closed(1, 65536),
-                        "embedding size (source and target)"));
-    t.push_back(integer("model.hidden_dim", [](Config& c) -> int& { return c.model.hidden_dim; }, closed(1, 65536),
-                        "decoder state size; a bidirectional encoder gives each direction half of it (must be even then)"));
-    t.push_back(integer("model.encoder_layers", [](Config& c) -> int& { return c.model.encoder_layers; }, closed(1, 16),
-                        "stacked encoder RNN layers"));
-    t.push_back(integer("model.decoder_layers", [](Config& c) -> int& { return c.model.decoder_layers; }, closed(1, 16),
-                        "stacked decoder RNN layers"));
-    t.push_back(boolean("model.bidirectional", [](Config& c) -> bool& { return c.model.bidirectional; }, "bidirectional encoder"));
-    t.push_back(number("model.dropout", [](Config& c) -> double& { return c.model.dropout; }, half_open(0, 1),
-                       "dropout on embeddings, between layers and before the output layer"));
-    t.push_back(applying(boolean("model.input_feeding", [](Config& c) -> bool& { return c.model.input_feeding; },
-                                 "feed the attentional state into the next step"),
-                         "types `luong` and `scaled_dot`, RNN decoder", [](const Config& c) -> std::string {
-                           if (!attention_is(c, "luong") && !attention_is(c, "scaled_dot"))
-                             return "only applies to types 'luong' and 'scaled_dot', not '" + to_string(c.model.attention.type) + "'";
-                           return c.model.decoder.type == LayerType::kSelfAttention ? "only applies to an RNN decoder" : "";
-                         }));
-    t.push_back(applying(boolean("model.tie_output", [](Config& c) -> bool& { return c.model.tie_output; },
-                                 "the output layer's weights are the target embeddings (Press & Wolf 2017)"),
-                         "hidden_dim equal to embed_dim", [](const Config& c) -> std::string {
-                           if (c.model.hidden_dim == c.model.embed_dim) return "";
-                           return "needs model.hidden_dim (" + std::to_string(c.model.hidden_dim) + ") equal to model.embed_dim (" +
-                                  std::to_string(c.model.embed_dim) + "): the output layer reads hidden_dim features";
-                         }));
-    t.push_back(enumeration("model.attention.type", [](Config& c) -> AttentionType& { return c.model.attention.type; },
-                            attention_type_from_string,
-                            attention_types(), false, "how the decoder gets its context; `none` is the fixed context vector"));
-    t.push_back(applying(enumeration("model.attention.score", [](Config& c) -> LuongScore& { return c.model.attention.score; },
-                                     luong_score_from_string, {LuongScore::kDot, LuongScore::kGeneral, LuongScore::kConcat},
-                                     true, "the score function (not given: `general`)"),
-                         "type `luong`", attention_type_is("luong", "")));
-    t.push_back(applying(integer("model.attention.heads", [](Config& c) -> int& { return c.model.attention.heads; },
-                                 closed(1, 1024), "attention heads; must divide the attention dimension"),
-                         "type `scaled_dot`", attention_type_is("scaled_dot", "")));
-    t.push_back(applying(integer("model.attention.dim", [](Config& c) -> int& { return c.model.attention.dim; },
-                                 at_least(0, "0 = hidden_dim"), "attention dimension"),
-                         "types `bahdanau`, `scaled_dot`, and `luong` with score `concat`", [](const Config& c) -> std::string {
-                           const auto& a = c.model.attention;
-                           const bool luong = attention_is(c, "luong");
-                           if (!attention_is(c, "none") && !(luong && effective_score(a) != LuongScore::kConcat)) return "";
-                           return "has no effect for type '" + to_string(a.type) + "'" +
-                                  (luong ? " with score '" + to_string(effective_score(a)) + "'" : std::string());
-                         }));
-    t.push_back(applying(boolean("model.attention.scale", [](Config& c) -> bool& { return c.model.attention.scale; },
-                                 "divide the scores by √d_k (experiment key: `false` shows why it is there)"),
-                         "type `scaled_dot`", attention_type_is("scaled_dot", " (the only one that scales its scores)")));
-    t.push_back(applying(boolean("model.attention.mask", [](Config& c) -> bool& { return c.model.attention.mask; },
-                                 "padded source positions get attention weight 0 (experiment key: `false` lets padding into "
-                                 "the softmax)"),
-                         "types other than `none`", [](const Config& c) -> std::string {
-                           return attention_is(c, "none") ? "has no effect for type 'none' (no attention to mask)"
-                                                                                 : "";
-                         }));
-
-    // model.encoder.* and model.decoder.*: written to config.json only when not at their defaults, so that the
-    // config of an RNN run reads as it always has.
-    auto quiet = [](Key k) {
-      k.write_default = false;
-      return k;
-    };
-#define ATTNMT_STACK_KEYS(SIDE, WHAT)                                                                                   \
-  t.push_back(quiet(enumeration("model." #SIDE ".type", [](Config& c) -> LayerType& { return c.model.SIDE.type; },      \
-                                layer_type_from_string, {LayerType::kRnn, LayerType::kSelfAttention}, false,            \
-                                WHAT ": recurrent layers or self-attention layers (`" #SIDE "_layers` of them, "       \
-                                "`hidden_dim` wide)")));                                                              \
-  t.push_back(applying(quiet(enumeration("model." #SIDE ".positions", [](Config& c) -> Positions& { return c.model.SIDE.positions; }, \
-                                positions_from_string, {Positions::kSinusoidal, Positions::kLearned, Positions::kNone},   \
-                                false, "how the " WHAT " sees word order (`none`: it does not)")), \
-                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
-  t.push_back(applying(quiet(integer("model." #SIDE ".heads", [](Config& c) -> int& { return c.model.SIDE.heads; }, closed(1, 1024), \
-                            "self-attention heads of the " WHAT "; must divide `hidden_dim`")),  \
-                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, ""))); \
-  t.push_back(applying(quiet(integer("model." #SIDE ".ff_dim", [](Config& c) -> int& { return c.model.SIDE.ff_dim; },              \
-                            at_least(0, "0 = 4 x hidden_dim"), "feed-forward size of each " WHAT " layer")), \
-                       "`model." #SIDE ".type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.SIDE.type; }, "")));
-    ATTNMT_STACK_KEYS(encoder, "encoder")
-    ATTNMT_STACK_KEYS(decoder, "decoder")
-#undef ATTNMT_STACK_KEYS
-    t.push_back(applying(quiet(boolean("model.decoder.causal_mask", [](Config& c) -> bool& { return c.model.decoder.causal_mask; },
-                                       "position t attends to positions <= t (experiment key: "
-                                       "`false` lets training peek at the next words)")),
-                         "`model.decoder.type` `self_attention`", self_attention_stack([](const Config& c) { return c.model.decoder.type; },
-                                              " (an RNN decoder cannot see ahead)")));
-
-    t.push_back(integer("train.epochs", [](Config& c) -> int& { return c.train.epochs; }, closed(1, 100000),
-                        "passes over the training data"));
-    t.push_back(integer("train.max_steps", [](Config& c) -> long& { return c.train.max_steps; }, at_least(0, "0 = no limit"),
-                        "stop after this many updates"));
-    t.push_back(number("train.max_minutes", [](Config& c) -> double& { return c.train.max_minutes; }, at_least(0, "0 = no limit"),
-                       "stop after this much training time"));
-    t.push_back(integer("train.batch_size", [](Config& c) -> int& { return c.train.batch_size; }, closed(1, 100000),
-                        "sentence pairs per batch (length-bucketed)"));
-    t.push_back(integer("train.batch_tokens", [](Config& c) -> int& { return c.train.batch_tokens; },
-                        at_least(0, "0 = batches of `batch_size` sentences"),
-                        "instead of `batch_size`: as many sentences as fit in this many target tokens, padding and `<eos>` included "
-                        "(a longer sentence goes alone)"));
-    t.push_back(number("train.lr", [](Config& c) -> double& { return c.train.lr; }, {0, 10, true, false, ""},
-                       "Adam learning rate"));
-    t.push_back(number("train.clip_norm", [](Config& c) -> double& { return c.train.clip_norm; }, at_least(0, "0 = off"),
-                       "gradient clipping by global norm"));
-    t.push_back(number("train.teacher_forcing", [](Config& c) -> double& { return c.train.teacher_forcing; }, closed(0, 1),
-                       "probability of feeding the gold previous token (else the model's own prediction)"));
-    t.push_back(number("train.label_smoothing", [](Config& c) -> double& { return c.train.label_smoothing; }, half_open(0, 1),
-                       "label smoothing of the cross-entropy loss"));
-    t.push_back(integer("train.seed", [](Config& c) -> int& { return c.train.seed; }, at_least(0),
-                        "seed for initialisation, shuffling and dropout"));
-    t.push_back(integer("train.valid_every", [](Config& c) -> long& { return c.train.valid_every; },
-                        at_least(0, "0 = epoch end only"), "validate every this many steps, and at each epoch end"));
-    t.push_back(integer("train.log_every", [](Config& c) -> long& { return c.train.log_every; }, at_least(1),
-                        "plain progress line every this many steps when stderr is not a terminal"));
-    t.push_back(integer("train.keep_checkpoints", [](Config& c) -> int& { return c.train.keep_checkpoints; },
-                        closed(0, 1000), "keep the checkpoints of the last N validations as `ckpt-<step>.pt` (0 = none), for `attnmt average`"));
-    t.push_back(integer("train.snapshot_sentences", [](Config& c) -> int& { return c.train.snapshot_sentences; },
-                        closed(0, 20), "validation sentences whose attention maps are kept at every validation in `progress/` (0 = none)"));
-    t.push_back(choice("train.precision", [](Config& c) -> std::string& { return c.train.precision; }, {"fp32", "tf32", "bf16"},
-                       "`tf32`: float32 products and cuDNN in TF32 on CUDA; `bf16`: forward passes autocast to bfloat16, "
-                       "parameters, optimizer state and loss in float32 (docs/gpu.md)"));
-    t.push_back(choice("train.early_stopping.metric", [](Config& c) -> std::string& { return c.train.early_stopping.metric; },
-                       {"bleu", "ppl"}, "the validation metric that picks `best.pt` (greedy BLEU, or perplexity)"));
-    t.push_back(integer("train.early_stopping.patience", [](Config& c) -> int& { return c.train.early_stopping.patience; },
-                        at_least(0, "0 = never stop early"), "stop after this many validations without improvement"));
-    t.push_back(choice("train.lr_schedule.type", [](Config& c) -> std::string& { return c.train.lr_schedule.type; },
-                       {"none", "plateau", "step"},
-                       "`plateau`: reduce the learning rate when the early-stopping metric stalls; `step`: after update `start`, "
-                       "then every `every` updates"));
-    t.push_back(number("train.lr_schedule.factor", [](Config& c) -> double& { return c.train.lr_schedule.factor; }, open(0, 1),
-                       "plateau, step: multiply the learning rate by this"));
-    t.push_back(integer("train.lr_schedule.patience", [](Config& c) -> int& { return c.train.lr_schedule.patience; }, at_least(0),
-                        "plateau: validations without improvement before reducing"));
-    t.push_back(integer("train.lr_schedule.warmup", [](Config& c) -> int& { return c.train.lr_schedule.warmup; },
-                        at_least(0), "any type: over the first this many updates the rate rises linearly, from "
-                                     "`train.lr`/warmup to `train.lr` (0 = none)"));
-    t.push_back(number("train.lr_schedule.min_lr", [](Config& c) -> double& { return c.train.lr_schedule.min_lr; }, at_least(0),
-                       "plateau, step: never go below this"));
-    auto step_only = [](const Config& c) -> std::string {
-      return c.train.lr_schedule.type == "step" ? "" : "only applies to type 'step', not '" + c.train.lr_schedule.type + "'";
-    };
-    t.push_back(applying(integer("train.lr_schedule.start", [](Config& c) -> int& { return c.train.lr_schedule.start; },
-                                 at_least(0), "step: reduce the rate after this update (0: first after `every` updates)"),
-                         "type `step`", step_only));
-    t.push_back(applying(integer("train.lr_schedule.every", [](Config& c) -> int& { return c.train.lr_schedule.every; },
-                                 at_least(1), "step: then reduce it again after every this many updates"),
-                         "type `step`", step_only));
-
-    t.push_back(integer("eval.beam_size", [](Config& c) -> int& { return c.eval.beam_size; }, closed(1, 100),
-                        "beam width (1 = greedy)"));
-    t.push_back(number("eval.length_penalty", [](Config& c) -> double& { return c.eval.length_penalty; }, closed(0, 5),
-                       "GNMT length penalty α, ((5+len)/6)^α; 0 = raw log-probability"));
-    t.push_back(number("eval.max_len_ratio", [](Config& c) -> double& { return c.eval.max_len_ratio; }, above(0),
-                       "decode at most `max_len_ratio × src_len + 10` tokens"));
-    t.push_back(integer("eval.batch_size", [](Config& c) -> int& { return c.eval.batch_size; }, closed(1, 100000),
-                        "sentences decoded at once"));
-    {
-      Key k = integer_list("eval.buckets", [](Config& c) -> std::vector<int>& { return c.eval.buckets; },
-                           "upper edges of the source-length buckets of BLEU by length (a last bucket takes the rest)");
-      k.check = [](const Config& c) {
-        const auto& b = c.eval.buckets;
-        if (b.empty()) fail("eval.buckets", "must list at least one bucket edge");
-        for (size_t i = 0; i < b.size(); ++i) {
-          if (b[i] < 1) fail("eval.buckets[" + std::to_string(i) + "]", "must be >= 1");
-          if (i > 0 && b[i] <= b[i - 1]) fail("eval.buckets[" + std::to_string(i) + "]", "edges must be strictly increasing");
-        }
-      };
-      t.push_back(k);
-    }
+    add_run_and_data_keys(t);
+    add_model_keys(t);
+    add_stack_keys(t);
+    add_train_keys(t);
+    add_eval_keys(t);
     return t;
   }();
   return table;
