@@ -13,6 +13,8 @@
 # BIN=/path/to/attnmt uses another binary (a copy, so that the tree can be rebuilt meanwhile).
 # SET="key=value ..." passes each as --set to training (e.g. SET="train.seed=2"); RUN_SUFFIX=_s2 appends to the run's
 # folder (runs/multi30k_MODEL_s2), so that two runs of one config can go side by side.
+# RESUME=1 continues the run already in that folder (`train --resume`, e.g. with a limit raised in SET) instead of
+# starting it afresh; the same seed then gives what one uninterrupted run with those limits would have.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MODELS=("$@")
@@ -30,7 +32,7 @@ for m in "${MODELS[@]}"; do
   run=runs/multi30k_$m${RUN_SUFFIX:-}
   sets=(--set "run_dir=$run")
   for kv in ${SET:-}; do sets+=(--set "$kv"); done
-  "$BIN" train -c "$cfg" --overwrite "${sets[@]}"
+  if [ -n "${RESUME:-}" ]; then "$BIN" train -c "$cfg" --resume "${sets[@]}"; else "$BIN" train -c "$cfg" --overwrite "${sets[@]}"; fi
   # Candidates: best.pt, the mean of best.pt and last.pt, and (when the config keeps them) the mean of the last 5
   # validation checkpoints; the one with the highest validation BLEU (beam 5) decodes the test set.
   "$BIN" average --run "$run" --checkpoints "$run/best.pt" "$run/last.pt" --out "$run/avg_best_last.pt"
