@@ -32,7 +32,7 @@ for m in "${MODELS[@]}"; do
   run=runs/multi30k_$m${RUN_SUFFIX:-}
   sets=(--set "run_dir=$run")
   for kv in ${SET:-}; do sets+=(--set "$kv"); done
-  if [ -n "${RESUME:-}" ]; then "$BIN" train -c "$cfg" --resume "${sets[@]}"; else "$BIN" train -c "$cfg" --overwrite "${sets[@]}"; fi
+  "$BIN" train -c "$cfg" "$([ -n "${RESUME:-}" ] && echo --resume || echo --overwrite)" "${sets[@]}"
   # Candidates: best.pt, the mean of best.pt and last.pt, and (when the config keeps them) the mean of the last 5
   # validation checkpoints; the one with the highest validation BLEU (beam 5) decodes the test set.
   "$BIN" average --run "$run" --checkpoints "$run/best.pt" "$run/last.pt" --out "$run/avg_best_last.pt"
