@@ -49,10 +49,18 @@ torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const t
 }  // namespace
 
 std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, const RnnState& state) {
-  if (gru && layers_ == 1 && !bidirectional_ && use_gru_sequence(x)) {
-    const torch::Tensor h0 = state.h.defined() ? state.h[0] : torch::zeros({x.size(0), hidden_}, x.options());
-    torch::Tensor y = gru_layer(x, h0, param("weight_ih_l0"), param("weight_hh_l0"), param("bias_ih_l0"), param("bias_hh_l0"));
-    return {y, RnnState{y.select(1, y.size(1) - 1).unsqueeze(0), torch::Tensor()}};
+  if (gru && !bidirectional_ && use_gru_sequence(x)) {  // layer by layer, each one node; dropout between, as ATen's GRU
+    const torch::OrderedDict<std::string, torch::Tensor> params = gru->named_parameters(/*recurse=*/false);
+    std::vector<torch::Tensor> finals;  // [B, H] per layer
+    torch::Tensor in = x;
+    for (int64_t l = 0; l < layers_; ++l) {
+      const std::string k = std::to_string(l);
+      const torch::Tensor h0 = state.h.defined() ? state.h[l] : torch::zeros({x.size(0), hidden_}, x.options());
+      in = gru_layer(in, h0, params["weight_ih_l" + k], params["weight_hh_l" + k], params["bias_ih_l" + k], params["bias_hh_l" + k]);
+      finals.push_back(in.select(1, in.size(1) - 1));
+      if (l + 1 < layers_) in = torch::dropout(in, inner_dropout_, is_training());
+    }
+    return {in, RnnState{torch::stack(finals, 0), torch::Tensor()}};
   }
   // LibTorch's recurrences in float32 with autocast off, as attnmt's one-node ones (common/precision.h): the state
   // keeps float32's precision, and oneDNN has no bfloat16 RNN on CPUs without AVX-512.
