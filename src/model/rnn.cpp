@@ -42,6 +42,9 @@ bool use_gru_sequence(const torch::Tensor& x) {
   return torch::GradMode::is_enabled() && (x.size(1) > 1 || (x.size(1) == 1 && packed_products()));
 }
 
+// Per-layer states [B, H] as one [L, B, H]: one layer's as a view, no copy (a decoder step in training comes here).
+torch::Tensor layered(const std::vector<torch::Tensor>& v) { return v.size() == 1 ? v[0].unsqueeze(0) : torch::stack(v, 0); }
+
 torch::Tensor gru_layer(const torch::Tensor& x, const torch::Tensor& h0, const torch::Tensor& w_ih, const torch::Tensor& w_hh,
                         const torch::Tensor& b_ih, const torch::Tensor& b_hh) {
   return gru_sequence(train_linear(x, w_ih, b_ih), h0, w_hh, b_hh);
@@ -60,7 +63,7 @@ std::pair<torch::Tensor, RnnState> RnnImpl::forward(const torch::Tensor& x, cons
       finals.push_back(in.select(1, in.size(1) - 1));
       if (l + 1 < layers_) in = torch::dropout(in, inner_dropout_, is_training());
     }
-    return {in, RnnState{torch::stack(finals, 0), torch::Tensor()}};
+    return {in, RnnState{layered(finals), torch::Tensor()}};
   }
   // LibTorch's recurrences in float32 with autocast off, as attnmt's one-node ones (common/precision.h): the state
   // keeps float32's precision, and oneDNN has no bfloat16 RNN on CPUs without AVX-512.
@@ -136,8 +139,6 @@ std::pair<torch::Tensor, RnnState> RnnImpl::cell_step(const torch::Tensor& x, co
     }
     hs.push_back(in);
   }
-  // [L, B, H]: one layer's state as a view, no copy
-  auto layered = [&](const std::vector<torch::Tensor>& v) { return v.size() == 1 ? v[0].unsqueeze(0) : torch::stack(v, 0); };
   return {in, RnnState{layered(hs), lstm ? layered(cs) : torch::Tensor()}};
 }
 
